@@ -1,0 +1,1 @@
+"""Runners: where a job's test command actually executes (a subprocess here, a container in production)."""

@@ -1,0 +1,80 @@
+"""LocalRunner: the job as a subprocess in its own process group (GPU hosts without Docker, dev)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+from runners.protocol import RunResult, RunSpec, ShouldCancel
+
+# The worker's environment holds the webhook secret and the App's private key; the job gets none
+# of it, only what a test process needs to find its toolchain and GPU.
+PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME")
+KILL_GRACE_S = 5.0
+
+
+class LocalRunner:
+    name = "local"
+
+    def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult:
+        spec.output_dir.mkdir(parents=True, exist_ok=True)
+        scratch = spec.output_dir / ".scratch"
+        scratch.mkdir(exist_ok=True)
+        env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
+        env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"})
+        env.update(spec.env)
+        start = time.monotonic()
+        with open(spec.log_path, "ab") as log:
+            try:
+                proc = subprocess.Popen(
+                    spec.command, cwd=scratch, env=env, stdout=log, stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL, start_new_session=True,
+                )
+            except OSError as exc:
+                return RunResult(None, time.monotonic() - start, infra_error=f"cannot start job: {exc}")
+            try:
+                outcome = _wait(proc, spec.timeout_s, should_cancel)
+            finally:
+                _kill_group(proc)
+        duration = time.monotonic() - start
+        shutil.rmtree(scratch, ignore_errors=True)
+        if outcome == "timeout":
+            return RunResult(proc.returncode, duration, timed_out=True)
+        if outcome == "cancelled":
+            return RunResult(proc.returncode, duration, cancelled=True)
+        return RunResult(proc.returncode, duration)
+
+
+def _wait(proc: subprocess.Popen[bytes], timeout_s: float, should_cancel: ShouldCancel | None) -> str:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "timeout"
+        try:
+            proc.wait(timeout=min(1.0, remaining))
+            return "exited"
+        except subprocess.TimeoutExpired:
+            if should_cancel is not None and should_cancel():
+                return "cancelled"
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """Stop the job and everything it spawned (compile workers, test subprocesses)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+

@@ -1,0 +1,46 @@
+"""The runner contract: run(RunSpec) -> RunResult, shared by every runner."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    job_id: str
+    command: tuple[str, ...]
+    checkout_dir: Path  # the repository at the head sha; read-only for the job
+    output_dir: Path  # junit.xml, log.txt and per-test artifacts land here
+    timeout_s: float
+    device: str = "cpu"
+    env: Mapping[str, str] = field(default_factory=dict)  # never secrets: PR code reads all of it
+    memory_mb: int = 8192
+    cpus: float = 2.0
+    pids: int = 4096
+
+    @property
+    def log_path(self) -> Path:
+        return self.output_dir / "log.txt"
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int | None
+    duration_s: float
+    timed_out: bool = False
+    oom: bool = False
+    cancelled: bool = False
+    infra_error: str | None = None  # the runner itself failed: not the PR's fault
+
+
+# Called about once a second while the job runs; returning True cancels it.
+ShouldCancel = Callable[[], bool]
+
+
+class Runner(Protocol):
+    name: str
+
+    def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult: ...

@@ -1,0 +1,1 @@
+"""compile-ci: a GitHub App that runs torch.compile suites on pull requests."""

@@ -1,0 +1,49 @@
+"""The Celery app: Redis broker, queues cpu / cuda / github, late acks, JSON, one message at a time."""
+
+from __future__ import annotations
+
+from celery import Celery
+from kombu import Queue
+
+from service.config import Settings
+
+QUEUES = ("cpu", "cuda", "github")
+PLAN_RUN = "compile_ci.plan_run"
+RUN_JOB = "compile_ci.run_job"
+REPORT_JOB = "compile_ci.report_job"
+
+
+def create_celery(settings: Settings) -> Celery:
+    app = Celery("compile_ci", broker=settings.redis_url, set_as_current=False)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        # A job is acknowledged only once it finished, so a worker that dies mid-job does not lose it;
+        # prefetch 1 stops a busy worker from sitting on jobs another worker could run.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        broker_transport_options={"visibility_timeout": settings.visibility_timeout_seconds},
+        broker_connection_retry_on_startup=True,
+        task_queues=[Queue(name) for name in QUEUES],
+        task_default_queue="github",
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+class CeleryQueue:
+    """Producer side: enqueue ids only; every task re-reads the store."""
+
+    def __init__(self, app: Celery) -> None:
+        self._app = app
+
+    def plan_run(self, run_id: str) -> None:
+        self._app.send_task(PLAN_RUN, args=[run_id], queue="github")
+
+    def run_job(self, job_id: str, device: str) -> None:
+        self._app.send_task(RUN_JOB, args=[job_id], queue=device)
+
+    def report_job(self, job_id: str) -> None:
+        self._app.send_task(REPORT_JOB, args=[job_id], queue="github")

@@ -1,0 +1,73 @@
+"""The `compile-ci` command: sandbox, web, worker, emulator and config checks."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from service.celery_app import QUEUES
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="compile-ci", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sandbox = sub.add_parser("sandbox", help="run two sample pull requests end to end against the GitHub emulator")
+    sandbox.add_argument("--dir", type=Path, help="working directory (default: a new temporary one)")
+    sandbox.add_argument("--keep-running", action="store_true", help="keep the services up to browse the pages")
+    web = sub.add_parser("web", help="serve the webhook and the pages with gunicorn")
+    web.add_argument("--bind", default="0.0.0.0:8000")
+    web.add_argument("--workers", type=int, default=4)
+    worker = sub.add_parser("worker", help="run a Celery worker")
+    worker.add_argument("--queues", default="cpu,github", help=f"comma-separated, from {', '.join(QUEUES)}")
+    worker.add_argument("--concurrency", type=int, default=1)
+    check = sub.add_parser("check-config", help="validate a .compile-ci.toml the way the service will")
+    check.add_argument("path", type=Path, nargs="?", default=Path(".compile-ci.toml"))
+    args = parser.parse_args(argv)
+
+    if args.command == "sandbox":
+        from service.sandbox.main import run_sandbox
+
+        return run_sandbox(args.dir, keep_running=args.keep_running)
+    if args.command == "web":
+        _validated_settings()
+        os.execvp(sys.executable, [sys.executable, "-m", "gunicorn", "--bind", args.bind, "--workers",
+                                   str(args.workers), "--access-logfile", "-", "service.wsgi:app"])
+    if args.command == "worker":
+        _validated_settings()
+        queues = args.queues.split(",")
+        pool = ["-P", "threads"] if queues == ["github"] else []
+        os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "service.worker", "worker", "-Q",
+                                   args.queues, "-c", str(args.concurrency), *pool, "--loglevel", "INFO"])
+    if args.command == "check-config":
+        return _check_config(args.path)
+    return 2
+
+
+def _validated_settings() -> None:
+    from service.config import ConfigError, Settings
+
+    try:
+        Settings.from_env()
+    except ConfigError as exc:
+        sys.exit(str(exc))
+
+
+def _check_config(path: Path) -> int:
+    import suites
+    from service.planning import builtin_suites
+    from service.repo_config import parse_repo_config
+
+    text = path.read_text() if path.exists() else None
+    parsed = parse_repo_config(text, builtin_suites(Path(suites.__file__).parent))
+    if isinstance(parsed, list):
+        for problem in parsed:
+            print(problem.render(), file=sys.stderr)
+        return 1
+    print(parsed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

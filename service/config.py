@@ -1,0 +1,180 @@
+"""Settings: one frozen dataclass built once from COMPILE_CI_* environment variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+PREFIX = "COMPILE_CI_"
+DEVICES = ("cpu", "cuda")
+
+
+class Secret:
+    """A string that never shows itself in repr, str, logs or tracebacks."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __repr__(self) -> str:
+        return "Secret('***')" if self._value else "Secret('')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+class ConfigError(ValueError):
+    """Every configuration problem found, reported together."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid compile-ci configuration:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class Settings:
+    webhook_secret: Secret = field(repr=False)
+    github_app_id: int
+    github_private_key: Secret = field(repr=False)
+    github_api_url: str = "https://api.github.com"
+    # PyGithub waits between requests (0.25 s) and writes (1 s) by default to stay under GitHub's
+    # secondary rate limits; tests and the sandbox turn that off.
+    github_throttle: bool = True
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    data_dir: Path = Path("var")
+    database_url: str = ""
+    artifacts_dir: Path = Path("var/artifacts")
+    public_url: str = "http://127.0.0.1:8000"
+    # Where workers fetch repositories from; "{full_name}" is substituted. Empty means the
+    # clone_url GitHub sends, authenticated with the installation token.
+    clone_url_template: str = ""
+    # Devices this deployment has runners for; jobs for others complete as skipped.
+    devices: tuple[str, ...] = DEVICES
+    runner_python: str = ""
+    max_job_minutes: int = 60
+    delivery_ttl_seconds: int = 7 * 24 * 3600
+    progress_interval_seconds: float = 10.0
+
+    @property
+    def visibility_timeout_seconds(self) -> int:
+        # Redis redelivers an unacked message after this long; it must outlast the longest job
+        # or a running job would be started a second time on another worker.
+        return self.max_job_minutes * 60 + 15 * 60
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = dict(os.environ if environ is None else environ)
+        return _build(env)
+
+
+def _get(env: Mapping[str, str], name: str, default: str = "") -> str:
+    return env.get(PREFIX + name, default).strip()
+
+
+def _read_private_key(env: Mapping[str, str], problems: list[str]) -> str:
+    inline = env.get(PREFIX + "GITHUB_PRIVATE_KEY", "")
+    path = _get(env, "GITHUB_PRIVATE_KEY_FILE")
+    if inline and path:
+        problems.append("set only one of COMPILE_CI_GITHUB_PRIVATE_KEY and COMPILE_CI_GITHUB_PRIVATE_KEY_FILE")
+    if path:
+        try:
+            inline = Path(path).read_text()
+        except OSError as exc:
+            problems.append(f"COMPILE_CI_GITHUB_PRIVATE_KEY_FILE: cannot read {path}: {exc.strerror}")
+            return ""
+    if not inline:
+        problems.append("COMPILE_CI_GITHUB_PRIVATE_KEY (or _FILE) is required: the GitHub App's private key")
+    elif "PRIVATE KEY-----" not in inline:
+        problems.append("COMPILE_CI_GITHUB_PRIVATE_KEY is not a PEM private key")
+    return inline.replace("\\n", "\n")
+
+
+def _int(env: Mapping[str, str], name: str, default: int, problems: list[str], minimum: int = 1) -> int:
+    raw = _get(env, name)
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        problems.append(f"{PREFIX}{name} must be an integer, got {raw!r}")
+        return default
+    if value < minimum:
+        problems.append(f"{PREFIX}{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ...], problems: list[str]) -> str:
+    value = _get(env, name, default).rstrip("/")
+    if urlparse(value).scheme not in schemes:
+        problems.append(f"{PREFIX}{name} must be a {'/'.join(schemes)} URL, got {value!r}")
+    return value
+
+
+def _bool(env: Mapping[str, str], name: str, default: bool, problems: list[str]) -> bool:
+    raw = _get(env, name).lower()
+    if not raw:
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    problems.append(f"{PREFIX}{name} must be true or false, got {raw!r}")
+    return default
+
+
+def _build(env: Mapping[str, str]) -> Settings:
+    problems: list[str] = []
+    secret = env.get(PREFIX + "WEBHOOK_SECRET", "")
+    if not secret:
+        problems.append("COMPILE_CI_WEBHOOK_SECRET is required: the secret set on the GitHub App's webhook")
+    app_id = _int(env, "GITHUB_APP_ID", 0, problems)
+    if not _get(env, "GITHUB_APP_ID"):
+        problems.append("COMPILE_CI_GITHUB_APP_ID is required: the GitHub App's numeric id")
+    private_key = _read_private_key(env, problems)
+    data_dir = Path(_get(env, "DATA_DIR", "var")).absolute()
+    database_url = _get(env, "DATABASE_URL") or f"sqlite:///{data_dir / 'compile-ci.sqlite3'}"
+    if "://" not in database_url:
+        problems.append(f"COMPILE_CI_DATABASE_URL must be an SQLAlchemy URL, got {database_url!r}")
+    devices = tuple(d.strip() for d in _get(env, "DEVICES", ",".join(DEVICES)).split(",") if d.strip())
+    unknown = [d for d in devices if d not in DEVICES]
+    if unknown or not devices:
+        problems.append(f"COMPILE_CI_DEVICES must list devices among {', '.join(DEVICES)}, got {devices}")
+    template = _get(env, "CLONE_URL_TEMPLATE")
+    if template and "{full_name}" not in template:
+        problems.append("COMPILE_CI_CLONE_URL_TEMPLATE must contain {full_name}")
+    settings = Settings(
+        webhook_secret=Secret(secret),
+        github_app_id=app_id,
+        github_private_key=Secret(private_key),
+        github_api_url=_url(env, "GITHUB_API_URL", "https://api.github.com", ("http", "https"), problems),
+        github_throttle=_bool(env, "GITHUB_THROTTLE", True, problems),
+        redis_url=_url(env, "REDIS_URL", "redis://127.0.0.1:6379/0", ("redis", "rediss", "unix"), problems),
+        data_dir=data_dir,
+        database_url=database_url,
+        artifacts_dir=Path(_get(env, "ARTIFACTS_DIR") or data_dir / "artifacts").absolute(),
+        public_url=_url(env, "PUBLIC_URL", "http://127.0.0.1:8000", ("http", "https"), problems),
+        clone_url_template=template,
+        devices=devices,
+        runner_python=_get(env, "RUNNER_PYTHON"),
+        max_job_minutes=_int(env, "MAX_JOB_MINUTES", 60, problems),
+        delivery_ttl_seconds=_int(env, "DELIVERY_TTL_SECONDS", 7 * 24 * 3600, problems),
+        progress_interval_seconds=float(_int(env, "PROGRESS_INTERVAL_SECONDS", 10, problems, minimum=0)),
+    )
+    if problems:
+        raise ConfigError(problems)
+    return settings

@@ -1,0 +1,52 @@
+"""JUnit XML (as pytest writes it with junit_family=xunit1) -> test records."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from service.store import TestRecord
+
+
+class JUnitError(ValueError):
+    pass
+
+
+def parse_junit(path: Path) -> list[TestRecord]:
+    try:
+        root = ET.parse(path).getroot()
+    except (ET.ParseError, OSError) as exc:
+        raise JUnitError(f"cannot read {path.name}: {exc}") from exc
+    return [_record(case) for case in root.iter("testcase")]
+
+
+def _nodeid(case: ET.Element) -> str:
+    name = case.get("name", "")
+    classname = case.get("classname", "")
+    file = case.get("file", "")
+    if not file:
+        return f"{classname}::{name}" if classname else name
+    module = file.removesuffix(".py").replace("/", ".")
+    rest = classname[len(module) + 1:] if classname.startswith(module) else ""
+    parts = [file, *filter(None, rest.split(".")), name]
+    return "::".join(parts)
+
+
+def _record(case: ET.Element) -> TestRecord:
+    outcome, message, details = "passed", "", ""
+    for tag, result in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
+        child = case.find(tag)
+        if child is not None:
+            outcome, message, details = result, child.get("message", ""), (child.text or "")
+            break
+    line = case.get("line")
+    return TestRecord(
+        nodeid=_nodeid(case),
+        outcome=outcome,
+        duration_s=float(case.get("time") or 0.0),
+        message=message,
+        details=details,
+        file=case.get("file", ""),
+        # pytest writes the 0-based line of the test function's definition.
+        line=int(line) + 1 if line and line.isdigit() else None,
+    )

@@ -1,0 +1,130 @@
+"""The repository's `.compile-ci.toml`: parsed and validated into a RepoConfig, or a ConfigProblem."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+CONFIG_FILE = ".compile-ci.toml"
+DEVICES = ("cpu", "cuda")
+TARGET_KINDS = ("models", "post_grad_passes", "pre_grad_passes", "joint_passes", "fuse")
+DEFAULT_TIMEOUT_MINUTES = 30
+
+
+@dataclass(frozen=True)
+class RepoConfig:
+    suites: tuple[str, ...]
+    devices: tuple[str, ...]
+    install_command: str = ""
+    targets: dict[str, list[str]] = field(default_factory=dict)
+    repo_tests: tuple[str, ...] = ()
+    timeout_minutes: int = DEFAULT_TIMEOUT_MINUTES
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    line: int | None
+    message: str
+
+    def render(self) -> str:
+        where = f"{CONFIG_FILE}:{self.line}" if self.line else CONFIG_FILE
+        return f"{where}: {self.message}"
+
+
+def default_config(builtin_suites: tuple[str, ...]) -> RepoConfig:
+    return RepoConfig(suites=builtin_suites, devices=DEVICES)
+
+
+def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> RepoConfig | list[ConfigProblem]:
+    """Pure: the file's text (None when absent) -> a config, or every problem found in it."""
+    if text is None:
+        return default_config(builtin_suites)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = re.search(r"\(at line (\d+), column \d+\)", str(exc))
+        message = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        return [ConfigProblem(int(match.group(1)) if match else None, f"invalid TOML: {message}")]
+    problems: list[ConfigProblem] = []
+    checker = _Checker(text, problems)
+    checker.unknown_keys("", data, ("install", "targets", "suites"))
+    install = checker.table(data, "install")
+    targets = checker.table(data, "targets")
+    suites = checker.table(data, "suites")
+    checker.unknown_keys("install", install, ("command",))
+    checker.unknown_keys("targets", targets, TARGET_KINDS)
+    checker.unknown_keys("suites", suites, ("run", "devices", "repo_tests", "timeout_minutes"))
+    allowed_suites = (*builtin_suites, "repo")
+    repo_tests = checker.strings("suites", suites, "repo_tests", [])
+    default_run = list(builtin_suites) + (["repo"] if repo_tests else [])
+    run = checker.strings("suites", suites, "run", default_run, allowed=allowed_suites)
+    devices = checker.strings("suites", suites, "devices", list(DEVICES), allowed=DEVICES)
+    timeout = suites.get("timeout_minutes", DEFAULT_TIMEOUT_MINUTES)
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= 24 * 60:
+        checker.problem("suites", "timeout_minutes", f"must be an integer from 1 to 1440, got {timeout!r}")
+    if "repo" in run and not repo_tests:
+        checker.problem("suites", "run", "the 'repo' suite needs [suites] repo_tests (paths of your pytest tests)")
+    target_lists = {kind: checker.strings("targets", targets, kind, [], spec=True) for kind in TARGET_KINDS}
+    command = install.get("command", "")
+    if not isinstance(command, str):
+        checker.problem("install", "command", "command must be a string")
+    if problems:
+        return problems
+    return RepoConfig(
+        suites=tuple(dict.fromkeys(run)), devices=tuple(dict.fromkeys(devices)), install_command=command,
+        targets={k: v for k, v in target_lists.items() if v}, repo_tests=tuple(repo_tests),
+        timeout_minutes=timeout,
+    )
+
+
+class _Checker:
+    def __init__(self, text: str, problems: list[ConfigProblem]) -> None:
+        self.lines = text.splitlines()
+        self.problems = problems
+
+    def line_of(self, section: str, key: str) -> int | None:
+        """Line of `key` inside `[section]` (or of the section header when key is empty)."""
+        current = ""
+        for number, raw in enumerate(self.lines, start=1):
+            line = raw.strip()
+            header = re.fullmatch(r"\[\s*([^\]]+?)\s*\]", line)
+            if header:
+                current = header.group(1)
+                if current == section and not key:
+                    return number
+            elif current == section and key and re.match(rf"{re.escape(key)}\s*=", line):
+                return number
+        return None
+
+    def problem(self, section: str, key: str, message: str) -> None:
+        name = f"[{section}] {key}" if section and key else f"[{section or key}]"
+        self.problems.append(ConfigProblem(self.line_of(section, key), f"{name}: {message}"))
+
+    def table(self, data: dict[str, Any], name: str) -> dict[str, Any]:
+        value = data.get(name, {})
+        if not isinstance(value, dict):
+            self.problems.append(ConfigProblem(self.line_of("", name), f"{name} must be a table ([{name}])"))
+            return {}
+        return value
+
+    def unknown_keys(self, section: str, table: dict[str, Any], known: tuple[str, ...]) -> None:
+        for key in table:
+            if key not in known:
+                self.problem(section, key, f"unknown key (expected one of: {', '.join(known)})")
+
+    def strings(
+        self, section: str, table: dict[str, Any], key: str, default: list[str],
+        allowed: tuple[str, ...] | None = None, spec: bool = False,
+    ) -> list[str]:
+        value = table.get(key, default)
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            self.problem(section, key, f"must be a list of strings, got {value!r}")
+            return default
+        for item in value:
+            if allowed is not None and item not in allowed:
+                self.problem(section, key, f"unknown value {item!r} (expected one of: {', '.join(allowed)})")
+            if spec and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", item):
+                self.problem(section, key, f"{item!r} is not of the form 'package.module:callable'")
+        return value

@@ -1,0 +1,267 @@
+"""Store: runs, jobs, test results and artifacts in SQLAlchemy (SQLite by default, PostgreSQL in deploy)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    delete,
+    event,
+    select,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Run(Base):
+    """One head sha of one PR (or one push to the default branch) being checked."""
+
+    __tablename__ = "runs"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    repo_full_name: Mapped[str] = mapped_column(String(200), index=True)
+    repo_id: Mapped[int] = mapped_column(Integer)
+    installation_id: Mapped[int] = mapped_column(Integer)
+    clone_url: Mapped[str] = mapped_column(String(500))
+    private: Mapped[bool] = mapped_column(default=False)
+    trigger: Mapped[str] = mapped_column(String(40))  # pull_request | push
+    pr_number: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    branch: Mapped[str] = mapped_column(String(300), default="")
+    head_sha: Mapped[str] = mapped_column(String(40), index=True)
+    sender: Mapped[str] = mapped_column(String(100), default="")
+    state: Mapped[str] = mapped_column(String(20), default="planning")  # planning | planned
+    config_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Job(Base):
+    """One (suite, device) of a run: one check run on GitHub."""
+
+    __tablename__ = "jobs"
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    suite: Mapped[str] = mapped_column(String(50))
+    device: Mapped[str] = mapped_column(String(10))
+    timeout_s: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(20), default="queued")  # queued | running | completed
+    conclusion: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    title: Mapped[str] = mapped_column(Text, default="")
+    detail: Mapped[str] = mapped_column(Text, default="")
+    passed: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    skipped: Mapped[int] = mapped_column(Integer, default=0)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    torch_version: Mapped[str] = mapped_column(String(60), default="")
+    runner: Mapped[str] = mapped_column(String(60), default="")
+    check_run_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reported: Mapped[str] = mapped_column(String(20), default="")  # last status sent to GitHub
+    queued_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+    @property
+    def check_name(self) -> str:
+        return f"{self.suite} ({self.device})"
+
+
+class TestResult(Base):
+    __tablename__ = "test_results"
+    __test__ = False  # not a pytest class
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    nodeid: Mapped[str] = mapped_column(Text)
+    outcome: Mapped[str] = mapped_column(String(10))  # passed | failed | error | skipped
+    duration_s: Mapped[float] = mapped_column(Float, default=0.0)
+    message: Mapped[str] = mapped_column(Text, default="")
+    details: Mapped[str] = mapped_column(Text, default="")
+    file: Mapped[str] = mapped_column(Text, default="")
+    line: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    metrics: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+
+
+class Artifact(Base):
+    __tablename__ = "artifacts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(Text)  # relative to the attempt's artifact directory
+    size: Mapped[int] = mapped_column(Integer)
+
+
+def run_id_for(repo_full_name: str, trigger_ref: str, head_sha: str) -> str:
+    """Deterministic, so a redelivered webhook maps onto the run it already created."""
+    digest = hashlib.sha256(f"{repo_full_name}\0{trigger_ref}\0{head_sha}".encode()).hexdigest()
+    return digest[:16]
+
+
+def job_id_for(run_id: str, suite: str, device: str) -> str:
+    return f"{run_id}-{suite}-{device}"
+
+
+@dataclass(frozen=True)
+class NewRun:
+    repo_full_name: str
+    repo_id: int
+    installation_id: int
+    clone_url: str
+    private: bool
+    trigger: str
+    trigger_ref: str  # "pr/<n>" or "refs/heads/<branch>": what makes two runs of one sha distinct
+    pr_number: int | None
+    branch: str
+    head_sha: str
+    sender: str
+
+    @property
+    def run_id(self) -> str:
+        return run_id_for(self.repo_full_name, self.trigger_ref, self.head_sha)
+
+
+@dataclass(frozen=True)
+class TestRecord:
+    __test__ = False
+    nodeid: str
+    outcome: str
+    duration_s: float
+    message: str = ""
+    details: str = ""
+    file: str = ""
+    line: int | None = None
+    metrics: dict | None = None
+
+
+class Store:
+    def __init__(self, database_url: str) -> None:
+        if database_url.startswith("sqlite:///"):
+            Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.engine: Engine = create_engine(database_url, future=True)
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        Base.metadata.create_all(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._sessions.begin() as session:
+            yield session
+
+    def create_run_if_absent(self, new: NewRun) -> tuple[Run, bool]:
+        try:
+            with self.session() as s:
+                existing = s.get(Run, new.run_id)
+                if existing is not None:
+                    return existing, False
+                fields = {k: v for k, v in new.__dict__.items() if k != "trigger_ref"}
+                run = Run(id=new.run_id, **fields)
+                s.add(run)
+            return run, True
+        except IntegrityError:  # a concurrent delivery of the same event won the insert
+            with self.session() as s:
+                return s.get_one(Run, new.run_id), False
+
+    def get_run(self, run_id: str) -> Run | None:
+        with self.session() as s:
+            return s.get(Run, run_id)
+
+    def get_job(self, job_id: str) -> Job | None:
+        with self.session() as s:
+            return s.get(Job, job_id)
+
+    def jobs_of(self, run_id: str) -> list[Job]:
+        with self.session() as s:
+            return list(s.scalars(select(Job).where(Job.run_id == run_id).order_by(Job.suite, Job.device)))
+
+    def recent_runs(self, limit: int = 50) -> list[Run]:
+        with self.session() as s:
+            return list(s.scalars(select(Run).order_by(Run.created_at.desc()).limit(limit)))
+
+    def add_jobs_if_absent(self, jobs: Iterable[Job]) -> None:
+        with self.session() as s:
+            for job in jobs:
+                if s.get(Job, job.id) is None:
+                    s.add(job)
+
+    def update_run(self, run_id: str, **fields: object) -> None:
+        with self.session() as s:
+            run = s.get_one(Run, run_id)
+            for key, value in fields.items():
+                setattr(run, key, value)
+
+    def update_job(self, job_id: str, **fields: object) -> Job:
+        with self.session() as s:
+            job = s.get_one(Job, job_id)
+            for key, value in fields.items():
+                setattr(job, key, value)
+            return job
+
+    def start_attempt(self, job_id: str, runner: str) -> Job | None:
+        """Move a queued (or crashed-while-running) job to running with a new attempt number."""
+        with self.session() as s:
+            job = s.get(Job, job_id, with_for_update=True)
+            if job is None or job.state == "completed":
+                return None
+            job.attempt += 1
+            job.state = "running"
+            job.runner = runner
+            job.started_at = utcnow()
+            job.finished_at = None
+            return job
+
+    def replace_results(self, job_id: str, attempt: int, records: Iterable[TestRecord]) -> None:
+        with self.session() as s:
+            s.execute(delete(TestResult).where(TestResult.job_id == job_id, TestResult.attempt == attempt))
+            s.add_all(TestResult(job_id=job_id, attempt=attempt, **r.__dict__) for r in records)
+
+    def results_of(self, job_id: str, attempt: int) -> list[TestResult]:
+        with self.session() as s:
+            query = select(TestResult).where(TestResult.job_id == job_id, TestResult.attempt == attempt)
+            return list(s.scalars(query.order_by(TestResult.id)))
+
+    def replace_artifacts(self, job_id: str, attempt: int, files: Iterable[tuple[str, int]]) -> None:
+        with self.session() as s:
+            s.execute(delete(Artifact).where(Artifact.job_id == job_id, Artifact.attempt == attempt))
+            s.add_all(Artifact(job_id=job_id, attempt=attempt, path=p, size=n) for p, n in files)
+
+    def artifacts_of(self, job_id: str, attempt: int) -> list[Artifact]:
+        with self.session() as s:
+            query = select(Artifact).where(Artifact.job_id == job_id, Artifact.attempt == attempt)
+            return list(s.scalars(query.order_by(Artifact.path)))
+
+
+def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
+    # WAL lets the web process read while a worker writes; busy_timeout makes concurrent writers
+    # (several gunicorn workers, several Celery workers) wait instead of failing.
+    cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()

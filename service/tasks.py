@@ -1,0 +1,64 @@
+"""Celery tasks: thin wrappers that carry ids and call the pipeline, which re-reads the store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from celery import Celery, Task
+
+import suites
+from runners.checkout import Checkout, CheckoutError
+from runners.local import LocalRunner
+from service import pipeline
+from service.celery_app import PLAN_RUN, REPORT_JOB, RUN_JOB, CeleryQueue, create_celery
+from service.claims import Claims
+from service.config import Settings
+from service.github_api import GitHubApp, TransientGitHubError
+from service.store import Store
+
+RETRY_KW = {"max_retries": 8, "retry_backoff": 2, "retry_backoff_max": 300, "retry_jitter": True}
+
+
+def build_context(settings: Settings, app: Celery) -> pipeline.WorkerContext:
+    return pipeline.WorkerContext(
+        settings=settings,
+        store=Store(settings.database_url),
+        claims=Claims(settings.redis_url, settings.delivery_ttl_seconds),
+        github=GitHubApp(settings),
+        queue=CeleryQueue(app),
+        runner=LocalRunner(),
+        checkout=Checkout(settings.data_dir / "mirrors"),
+        suites_dir=Path(suites.__file__).parent,
+    )
+
+
+def _retry_later(task: Task, exc: TransientGitHubError) -> None:
+    """Honour GitHub's Retry-After / rate-limit reset instead of hammering it."""
+    countdown = exc.retry_after if exc.retry_after is not None else min(300, 2 ** (task.request.retries + 1))
+    raise task.retry(exc=exc, countdown=countdown, max_retries=RETRY_KW["max_retries"])
+
+
+def create_worker_celery(settings: Settings) -> Celery:
+    app = create_celery(settings)
+    ctx = build_context(settings, app)
+
+    @app.task(name=PLAN_RUN, bind=True, autoretry_for=(CheckoutError,), **RETRY_KW)
+    def plan_run(self: Task, run_id: str) -> None:
+        try:
+            pipeline.plan_run(ctx, run_id)
+        except TransientGitHubError as exc:
+            _retry_later(self, exc)
+
+    @app.task(name=RUN_JOB, bind=True)
+    def run_job(self: Task, job_id: str) -> None:
+        pipeline.run_job(ctx, job_id)
+
+    @app.task(name=REPORT_JOB, bind=True)
+    def report_job(self: Task, job_id: str) -> None:
+        try:
+            pipeline.report_job(ctx, job_id)
+        except TransientGitHubError as exc:
+            _retry_later(self, exc)
+
+    app.conf.compile_ci_context = ctx
+    return app
