@@ -19,7 +19,7 @@ from service.store import Store
 RETRY_KW = {"max_retries": 8, "retry_backoff": 2, "retry_backoff_max": 300, "retry_jitter": True}
 
 
-def build_context(settings: Settings, app: Celery) -> pipeline.WorkerContext:
+def build_context(settings: Settings, app: Celery, suites_dir: Path | None = None) -> pipeline.WorkerContext:
     return pipeline.WorkerContext(
         settings=settings,
         store=Store(settings.database_url),
@@ -28,7 +28,7 @@ def build_context(settings: Settings, app: Celery) -> pipeline.WorkerContext:
         queue=CeleryQueue(app),
         runner=LocalRunner(),
         checkout=Checkout(settings.data_dir / "mirrors"),
-        suites_dir=Path(suites.__file__).parent,
+        suites_dir=suites_dir or Path(suites.__file__).parent,
     )
 
 
@@ -38,22 +38,22 @@ def _retry_later(task: Task, exc: TransientGitHubError) -> None:
     raise task.retry(exc=exc, countdown=countdown, max_retries=RETRY_KW["max_retries"])
 
 
-def create_worker_celery(settings: Settings) -> Celery:
+def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> Celery:
     app = create_celery(settings)
-    ctx = build_context(settings, app)
+    ctx = build_context(settings, app, suites_dir)
 
-    @app.task(name=PLAN_RUN, bind=True, autoretry_for=(CheckoutError,), **RETRY_KW)
+    @app.task(name=PLAN_RUN, bind=True, shared=False, autoretry_for=(CheckoutError,), **RETRY_KW)
     def plan_run(self: Task, run_id: str) -> None:
         try:
             pipeline.plan_run(ctx, run_id)
         except TransientGitHubError as exc:
             _retry_later(self, exc)
 
-    @app.task(name=RUN_JOB, bind=True)
+    @app.task(name=RUN_JOB, bind=True, shared=False)
     def run_job(self: Task, job_id: str) -> None:
         pipeline.run_job(ctx, job_id)
 
-    @app.task(name=REPORT_JOB, bind=True)
+    @app.task(name=REPORT_JOB, bind=True, shared=False)
     def report_job(self: Task, job_id: str) -> None:
         try:
             pipeline.report_job(ctx, job_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -17,7 +18,10 @@ from service.sandbox.stack import APP_ID, app_keypair, free_port, wait_for_port
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real redis-server on loopback, private to this test session."""
+    """A real Redis on loopback: COMPILE_CI_TEST_REDIS_URL (CI starts one), else a private redis-server."""
+    if os.environ.get("COMPILE_CI_TEST_REDIS_URL"):
+        yield os.environ["COMPILE_CI_TEST_REDIS_URL"].rstrip("/")
+        return
     server = shutil.which("redis-server")
     if server is None:
         pytest.fail("redis-server is required (apt-get install redis-server)")

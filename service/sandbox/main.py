@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from service.sandbox.deliveries import pull_request_event, signed
-from service.sandbox.sample_repo import create_sample_repo
+from service.sandbox.sample_repo import SampleRepo, create_sample_repo
 from service.sandbox.stack import INSTALLATION_ID, Stack
 
 FULL_NAME = "sandbox/model-zoo"
@@ -54,31 +54,40 @@ def print_check_runs(check_runs: list[dict[str, Any]], pulls: dict[str, int]) ->
                 print(f"      failing: {line[2:]}")
 
 
+def open_sample_pull_requests(stack: Stack) -> tuple[SampleRepo, dict[str, int]]:
+    """Create the sample repository on the emulated GitHub and open its two pull requests."""
+    repo = create_sample_repo(stack.root / "repos" / FULL_NAME)
+    stack.emulator.add_repo(FULL_NAME)
+    stack.emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
+    pulls = {repo.good_sha: 1, repo.buggy_sha: 2}
+    for number, sha, branch in ((1, repo.good_sha, "add-residual-norm"), (2, repo.buggy_sha, "add-counting-scale")):
+        stack.emulator.add_pull(FULL_NAME, number, sha, branch, "main", "octocat", "OWNER")
+        payload = pull_request_event(
+            "opened", full_name=FULL_NAME, repo_id=REPO_ID, clone_url=f"https://github.com/{FULL_NAME}.git",
+            installation_id=INSTALLATION_ID, number=number, head_sha=sha, head_ref=branch, base_sha=repo.base_sha,
+        )
+        status, answer = post_webhook(stack, "pull_request", payload)
+        print(f"  POST /webhook pull_request.opened PR #{number} -> {status} {answer.get('messages')}")
+    return repo, pulls
+
+
+def wait_for_check_runs(stack: Stack, count: int, timeout_s: float) -> list[dict[str, Any]]:
+    def all_completed() -> bool:
+        runs = stack.emulator.check_runs(FULL_NAME)
+        return len(runs) >= count and all(r["status"] == "completed" for r in runs)
+
+    wait_until(all_completed, timeout_s, "the check runs to complete")
+    return stack.emulator.check_runs(FULL_NAME)
+
+
 def run_sandbox(root: Path | None = None, keep_running: bool = False, timeout_s: float = 900.0) -> int:
     root = root or Path(tempfile.mkdtemp(prefix="compile-ci-sandbox-"))
     started = time.monotonic()
     print(f"compile-ci sandbox in {root}")
     with Stack(root) as stack:
         print(f"  web service  {stack.web_url}\n  GitHub emulator  {stack.emulator.url}\n  redis  {stack.redis_url}")
-        repo = create_sample_repo(root / "repos" / FULL_NAME)
-        stack.emulator.add_repo(FULL_NAME)
-        stack.emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
-        pulls = {repo.good_sha: 1, repo.buggy_sha: 2}
-        for number, sha, branch in ((1, repo.good_sha, "add-residual-norm"), (2, repo.buggy_sha, "add-counting-scale")):
-            stack.emulator.add_pull(FULL_NAME, number, sha, branch, "main", "octocat", "OWNER")
-            payload = pull_request_event(
-                "opened", full_name=FULL_NAME, repo_id=REPO_ID, clone_url=f"https://github.com/{FULL_NAME}.git",
-                installation_id=INSTALLATION_ID, number=number, head_sha=sha, head_ref=branch, base_sha=repo.base_sha,
-            )
-            status, answer = post_webhook(stack, "pull_request", payload)
-            print(f"  POST /webhook pull_request.opened PR #{number} -> {status} {answer.get('messages')}")
-
-        def all_completed() -> bool:
-            runs = stack.emulator.check_runs(FULL_NAME)
-            return len(runs) >= 4 and all(r["status"] == "completed" for r in runs)
-
-        wait_until(all_completed, timeout_s, "the check runs to complete")
-        check_runs = stack.emulator.check_runs(FULL_NAME)
+        repo, pulls = open_sample_pull_requests(stack)
+        check_runs = wait_for_check_runs(stack, 4, timeout_s)
         print("\nCheck runs on GitHub (emulated):")
         print_check_runs(check_runs, pulls)
         ok = _as_expected(check_runs, repo.good_sha, repo.buggy_sha) and not stack.emulator.errors

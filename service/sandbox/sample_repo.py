@@ -117,13 +117,16 @@ def create_sample_repo(path: Path) -> SampleRepo:
 
 def commit_file(repo: Path, branch: str, relative: str, text: str, message: str) -> str:
     """Commit one file on `branch` (created from main when new); returns the new head sha."""
-    existing = _git(repo, "branch", "--list", branch)
-    _git(repo, "checkout", "-q", *(["-b", branch, "main"] if not existing else [branch]))
+    current = _git(repo, "symbolic-ref", "--short", "HEAD")
+    if branch != current:
+        existing = _git(repo, "branch", "--list", branch)
+        _git(repo, "checkout", "-q", *(["-b", branch, "main"] if not existing else [branch]))
     target = repo / relative
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(text)
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", message)
     sha = _git(repo, "rev-parse", "HEAD")
-    _git(repo, "checkout", "-q", "main")
+    if branch != current:
+        _git(repo, "checkout", "-q", current)
     return sha

@@ -1,0 +1,1 @@
+"""Built-in pytest suites that exercise torch.compile inside the runner (import torch and pytest only)."""

@@ -1,0 +1,84 @@
+"""Fixtures shared by every built-in suite: the device under test, fresh compile state and declared targets."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from . import harness, targets
+
+DEVICE_ENV = "COMPILE_CI_DEVICE"
+DEVICES = ("cpu", "cuda")
+
+
+def requested_device() -> str:
+    return os.environ.get(DEVICE_ENV, "").strip().lower() or "cpu"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    targets.add_checkout_to_sys_path()
+    _record_environment()
+
+
+def _record_environment() -> None:
+    """Tell the service which torch and device really ran the job (shown in the check run's summary)."""
+    out = os.environ.get("COMPILE_CI_OUTPUT_DIR")
+    if not out:
+        return
+    cuda = torch.cuda.is_available()
+    info = {
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "device": requested_device(),
+        "device_name": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
+        "cuda_version": torch.version.cuda,
+    }
+    Path(out, "environment.json").write_text(json.dumps(info, indent=2))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"compile-ci: torch {torch.__version__}, {DEVICE_ENV}={requested_device()}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # A cuda job on a host without a usable GPU is a scheduling problem, not a compile bug: skip, never fail.
+    if requested_device() == "cuda" and not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason=f"{DEVICE_ENV}=cuda but torch.cuda.is_available() is False")
+        for item in items:
+            item.add_marker(skip)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # Parametrizing directly shadows the `declared_model` fixture below, which only runs when nothing is declared.
+    if "declared_model" in metafunc.fixturenames:
+        entries = targets.declared_models()
+        if entries:
+            metafunc.parametrize("declared_model", entries, ids=[entry.test_id for entry in entries])
+
+
+@pytest.fixture
+def declared_model() -> None:
+    pytest.skip(targets.NO_MODELS_REASON)
+
+
+@pytest.fixture
+def device() -> str:
+    """The device every tensor of the test lives on, from COMPILE_CI_DEVICE (default cpu)."""
+    name = requested_device()
+    if name not in DEVICES:
+        pytest.fail(f"{DEVICE_ENV}={name!r} is not one of {', '.join(DEVICES)}", pytrace=False)
+    return name
+
+
+@pytest.fixture(autouse=True)
+def fresh_compile_state() -> Iterator[None]:
+    """Each test compiles from scratch (no frames or counters left by another test) with a fixed seed."""
+    torch.manual_seed(0)
+    with harness.fresh_compile_state():
+        yield

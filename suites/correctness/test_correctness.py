@@ -1,0 +1,182 @@
+"""torch.compile (inductor) gives eager's results: inference, training, graph breaks, dynamic shapes, mutation."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import pytest
+import torch
+from torch import nn
+
+from .. import harness, targets
+
+
+class SmallMLP(nn.Module):
+    # Widths 12 -> 20 -> 6 are not multiples of the CPU vector width (8 or 16 floats), so inductor's vectorised
+    # main loop and its scalar tail both run; LayerNorm and GELU add a reduction and a transcendental to fuse.
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.Sequential(nn.Linear(12, 20), nn.LayerNorm(20), nn.GELU(), nn.Linear(20, 6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layers(x)
+
+
+class SmallConvNet(nn.Module):
+    # 10x10 images pool to an odd 5x5, so the second conv and the average pool see sizes that tile unevenly;
+    # 8 channels keep the convolutions cheap while BatchNorm still has per-channel statistics to get right.
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, kernel_size=3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(8, 8, kernel_size=3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+        )
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).flatten(1))
+
+
+# Batch 5 (not 1, which dynamo specialises on, nor a power of two) keeps every batch-dependent size "unremarkable".
+BUILTIN_MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
+    "mlp": (SmallMLP, (5, 12)),
+    "convnet": (SmallConvNet, (5, 3, 10, 10)),
+}
+
+
+def _check_against_eager(
+    eager_model: nn.Module, compiled_model: nn.Module, inputs: tuple[object, ...], *, backward: bool
+) -> tuple[harness.ModuleRun, harness.ModuleRun, harness.ModuleRun]:
+    """Run eager, then compiled, then an fp64 copy; judge outputs (and gradients) against the fp64 reference.
+
+    ``compiled_model`` may be ``eager_model`` itself: a forward that depends on earlier calls then shows up.
+    """
+    reference = copy.deepcopy(eager_model).to(torch.float64)  # copied before any call changes module state
+    eager = harness.forward_and_grads(eager_model, eager_model, inputs, backward=backward)
+    compiled_fn = torch.compile(compiled_model, backend="inductor")
+    compiled = harness.forward_and_grads(compiled_fn, compiled_model, inputs, backward=backward)
+    fp64 = harness.forward_and_grads(reference, reference, harness.to_fp64(inputs), backward=backward)
+    problems = harness.differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs, what="output")
+    if backward:
+        problems += harness.differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
+    harness.fail_on_differences(problems)
+    return eager, compiled, fp64
+
+
+@pytest.mark.parametrize("name", list(BUILTIN_MODELS))
+def test_inference(name: str, device: str) -> None:
+    factory, shape = BUILTIN_MODELS[name]
+    model = factory().to(device).eval()
+    _check_against_eager(model, model, (torch.randn(shape, device=device),), backward=False)
+
+
+def test_inference_generates_inductor_code(device: str) -> None:
+    # Proves the checks above ran inductor's generated code, not a silent fallback to eager.
+    model = SmallMLP().to(device).eval()
+    with torch.no_grad():
+        _, code = harness.run_and_get_code(torch.compile(model, backend="inductor"), torch.randn(5, 12, device=device))
+    assert code, "inductor produced no output code for the MLP"
+    assert any("def call(" in source for source in code), "inductor output code has no call() entry point"
+
+
+@pytest.mark.parametrize("name", list(BUILTIN_MODELS))
+def test_training_step(name: str, device: str) -> None:
+    # Separate copies so buffers (BatchNorm running statistics) are updated exactly once on each side.
+    factory, shape = BUILTIN_MODELS[name]
+    eager_model = factory().to(device).train()
+    compiled_model = copy.deepcopy(eager_model)
+    eager, compiled, fp64 = _check_against_eager(
+        eager_model, compiled_model, (torch.randn(shape, device=device),), backward=True
+    )
+    assert compiled.grads.keys() == dict(eager_model.named_parameters()).keys(), "some parameters got no gradient"
+    harness.assert_close_to_reference(compiled.buffers, eager.buffers, fp64.buffers, what="buffer")
+
+
+def test_manual_graph_break(device: str) -> None:
+    graph_break = harness.graph_break_function()
+
+    def softplus_then_norm(x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.softplus(x) * 3
+        graph_break()
+        return y / y.norm(dim=-1, keepdim=True)
+
+    # 6x10: a reduction over a row length that is not a multiple of the vector width, on both sides of the break.
+    x = torch.randn(6, 10, device=device)
+    counter = harness.compile_counter("inductor")
+    actual = torch.compile(softplus_then_norm, backend=counter)(x.clone())
+    harness.assert_close_to_reference(actual, softplus_then_norm(x.clone()), softplus_then_norm(x.double()))
+    assert counter.frame_count == 2, f"expected one graph before and one after the break, got {counter.frame_count}"
+    assert harness.graph_break_count() >= 1, "dynamo did not record the graph break"
+
+
+def test_dynamic_shapes_one_graph_for_all_sizes(device: str) -> None:
+    def gated_projection(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        h = x @ w
+        return (h.sigmoid() * h).sum(dim=1)
+
+    counter = harness.compile_counter("inductor")
+    compiled = torch.compile(gated_projection, backend=counter, dynamic=True)
+    w = torch.randn(6, 9, device=device)
+    # Batch sizes avoid 0 and 1 (always specialised) and share no factor, so no accidental divisibility guard holds.
+    for batch in (5, 7, 11):
+        x = torch.randn(batch, 6, device=device)
+        results = []
+        for fn, dtype in ((compiled, torch.float32), (gated_projection, torch.float32), (gated_projection, None)):
+            xi = (x.double() if dtype is None else x.clone()).requires_grad_()
+            wi = (w.double() if dtype is None else w.clone()).requires_grad_()
+            out = fn(xi, wi)
+            out.sum().backward()
+            results.append((out.detach(), xi.grad, wi.grad))
+        harness.assert_close_to_reference(*results, what=f"batch_{batch}(output, x.grad, w.grad)")
+    assert counter.frame_count == 1, f"recompiled for new batch sizes: {counter.frame_count} graphs"
+
+
+def _mutate_given_view(x: torch.Tensor) -> torch.Tensor:
+    x.mul_(2).add_(1)
+    return x.sum()
+
+
+def _mutate_diagonal_of_input(base: torch.Tensor) -> torch.Tensor:
+    base.diagonal().mul_(2).add_(1)
+    return base.sum()
+
+
+# Integer-valued floats keep every result exact, so the base tensors must match eager bit for bit.
+MUTATIONS: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], Callable[[torch.Tensor], torch.Tensor]]] = {
+    # The input is a strided view (every other column) of a base the compiled code never sees.
+    "input_is_view_of_base": (_mutate_given_view, lambda base: base[:, 1::2]),
+    # The compiled code takes a non-contiguous view (the diagonal) of its input and mutates that.
+    "view_of_input_mutated": (_mutate_diagonal_of_input, lambda base: base),
+}
+
+
+@pytest.mark.parametrize("case", list(MUTATIONS))
+def test_mutation_through_view_reaches_base(case: str, device: str) -> None:
+    fn, view_of = MUTATIONS[case]
+    eager_base = torch.arange(30.0, device=device).reshape(5, 6)
+    compiled_base = eager_base.clone()
+    expected = fn(view_of(eager_base))
+    actual = torch.compile(fn, backend="inductor")(view_of(compiled_base))
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+    torch.testing.assert_close(
+        compiled_base, eager_base, rtol=0, atol=0, msg=lambda m: f"mutation did not reach the base: {m}"
+    )
+
+
+def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetError, device: str) -> None:
+    # Declared models run as their factory returns them (train or eval); random ops use eager's RNG under inductor
+    # so dropout masks match. One instance serves eager then compiled, so a forward whose result depends on how
+    # often it was called (hidden state) is reported rather than hidden by a fresh copy.
+    if isinstance(declared_model, targets.TargetError):
+        declared_model.fail()
+    model = declared_model.factory().to(device)
+    inputs = harness.map_tensors(declared_model.example_inputs, lambda t: t.to(device))
+    backward = any(p.requires_grad and p.is_floating_point() for p in model.parameters())
+    with harness.inductor_config(fallback_random=True):
+        _check_against_eager(model, model, inputs, backward=backward)

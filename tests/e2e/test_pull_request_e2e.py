@@ -1,0 +1,72 @@
+"""The whole product as deployed: gunicorn, Redis, Celery workers, LocalRunner, real torch.compile."""
+
+from __future__ import annotations
+
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.sandbox.main import FULL_NAME, open_sample_pull_requests, wait_for_check_runs
+from service.sandbox.stack import Stack
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, dict[str, Any]]]:
+    with Stack(tmp_path_factory.mktemp("stack")) as stack:
+        repo, _pulls = open_sample_pull_requests(stack)
+        runs = wait_for_check_runs(stack, 4, timeout_s=900)
+        by_key = {(r["head_sha"], r["name"]): r for r in runs}
+        yield stack, {"good": by_key[(repo.good_sha, "correctness (cpu)")],
+                      "buggy": by_key[(repo.buggy_sha, "correctness (cpu)")],
+                      "cuda": by_key[(repo.good_sha, "correctness (cuda)")], "all": runs}
+        assert stack.emulator.errors == []
+
+
+def _statuses(check_run: dict[str, Any]) -> list[str]:
+    seen: list[str] = []
+    for entry in check_run["history"]:
+        status = entry["status"] if isinstance(entry, dict) else entry[0]
+        if not seen or seen[-1] != status:
+            seen.append(status)
+    return seen
+
+
+def test_clean_pull_request_goes_queued_in_progress_success(finished: tuple[Stack, dict[str, Any]]) -> None:
+    _stack, runs = finished
+    good = runs["good"]
+    assert _statuses(good) == ["queued", "in_progress", "completed"]
+    assert good["conclusion"] == "success", good["output"]
+    assert "0 failed" not in good["output"]["title"] and "passed" in good["output"]["title"]
+    assert "| correctness | cpu |" in good["output"]["summary"]
+    assert "2.13.0" in good["output"]["summary"]  # the torch version the job really used
+
+
+def test_pull_request_with_a_model_bug_fails_naming_the_model(finished: tuple[Stack, dict[str, Any]]) -> None:
+    _stack, runs = finished
+    buggy = runs["buggy"]
+    assert buggy["conclusion"] == "failure"
+    assert "1 failed" in buggy["output"]["title"]
+    assert "test_declared_model[counting_scale]" in buggy["output"]["summary"]
+
+
+def test_cuda_check_is_neutral_without_a_cuda_runner(finished: tuple[Stack, dict[str, Any]]) -> None:
+    _stack, runs = finished
+    assert runs["cuda"]["conclusion"] == "neutral"
+    assert len(runs["all"]) == 4
+    assert {r["head_sha"] for r in runs["all"]} and all(r["app"] for r in runs["all"])
+
+
+def test_details_link_opens_the_job_page_with_log_and_results(finished: tuple[Stack, dict[str, Any]]) -> None:
+    stack, runs = finished
+    with urllib.request.urlopen(runs["buggy"]["details_url"], timeout=10) as response:
+        page = response.read().decode()
+    assert "test_declared_model[counting_scale]" in page
+    assert "junit.xml" in page and "log.txt" in page
+    assert FULL_NAME in page
+    job_dir = Path(stack.root) / "data" / "artifacts"
+    assert any(job_dir.rglob("meta.json"))
