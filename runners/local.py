@@ -77,4 +77,25 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
+    # SIGKILL is delivered asynchronously; return only once nothing of the job still runs (a GPU job's
+    # memory is freed only then, and the next job may need it).
+    deadline = time.monotonic() + KILL_GRACE_S
+    while _group_members(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group, read from /proc."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(entry.name))
+    return members
 

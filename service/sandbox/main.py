@@ -73,6 +73,7 @@ def open_sample_pull_requests(stack: Stack) -> tuple[SampleRepo, dict[str, int]]
 
 def wait_for_check_runs(stack: Stack, count: int, timeout_s: float) -> list[dict[str, Any]]:
     def all_completed() -> bool:
+        stack.check_alive()
         runs = stack.emulator.check_runs(FULL_NAME)
         return len(runs) >= count and all(r["status"] == "completed" for r in runs)
 

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from service.github_emulator import GitHubEmulator
+from service.store import Store
 
 APP_ID = 424242
 INSTALLATION_ID = 4242
@@ -52,10 +53,11 @@ def app_keypair() -> tuple[str, str]:
 class Stack:
     """Starts what the service needs under `root`; `stop()` ends all of it, in reverse order."""
 
-    def __init__(self, root: Path, *, devices: str = "cpu", quiet: bool = True) -> None:
+    def __init__(self, root: Path, *, devices: str = "cpu", web_workers: int = 2, workers: bool = True) -> None:
         self.root = root
+        self.with_workers = workers
         self.devices = devices
-        self.quiet = quiet
+        self.web_workers = web_workers
         self.webhook_secret = secrets.token_hex(20)
         self.private_key, public_key = app_keypair()
         self.emulator = GitHubEmulator(app_id=APP_ID, public_key_pem=public_key)
@@ -76,6 +78,7 @@ class Stack:
             "COMPILE_CI_GITHUB_THROTTLE": "false",
             "COMPILE_CI_REDIS_URL": self.redis_url,
             "COMPILE_CI_DATA_DIR": str(self.root / "data"),
+            "COMPILE_CI_DATABASE_URL": f"sqlite:///{self.root / 'data' / 'compile-ci.sqlite3'}",
             "COMPILE_CI_PUBLIC_URL": self.web_url,
             "COMPILE_CI_CLONE_URL_TEMPLATE": (self.root / "repos").as_uri() + "/{full_name}",
             "COMPILE_CI_DEVICES": self.devices,
@@ -91,13 +94,15 @@ class Stack:
         self.procs.append((name, proc))
         return proc
 
-    def start(self, workers: bool = True) -> Stack:
+    def start(self) -> Stack:
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / "repos").mkdir(exist_ok=True)
         self.emulator.start()
         self._start_redis()
+        # Create the schema once, before several processes would race to.
+        Store(self.env()["COMPILE_CI_DATABASE_URL"])
         self._start_web()
-        if workers:
+        if self.with_workers:
             self.start_workers()
         return self
 
@@ -114,7 +119,7 @@ class Stack:
     def _start_web(self) -> None:
         port = free_port()
         self.web_url = f"http://127.0.0.1:{port}"
-        proc = self._spawn("web", [sys.executable, "-m", "gunicorn", "--workers", "2", "--bind",
+        proc = self._spawn("web", [sys.executable, "-m", "gunicorn", "--workers", str(self.web_workers), "--bind",
                                    f"127.0.0.1:{port}", "--access-logfile", "-", "service.wsgi:app"])
         wait_for_port(port, proc, "gunicorn")
 
@@ -124,6 +129,13 @@ class Stack:
         # Reports never wait behind a long job: the github queue has its own (threaded) worker.
         self._spawn("worker-github", [*celery, "-Q", "github", "-P", "threads", "-c", "4", "-n", "github@%h"])
         self._spawn("worker-cpu", [*celery, "-Q", "cpu", "-c", "1", "-n", "cpu@%h"])
+
+    def check_alive(self) -> None:
+        """Raise if a process of the stack died: waiting on it would only time out."""
+        for name, proc in self.procs:
+            if proc.poll() is not None:
+                tail = (self.root / f"{name}.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{name} exited with code {proc.returncode}; end of its log:\n{tail}")
 
     def stop(self) -> None:
         for _name, proc in reversed(self.procs):
