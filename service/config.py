@@ -68,7 +68,6 @@ class Settings:
     runner_python: str = ""
     max_job_minutes: int = 60
     delivery_ttl_seconds: int = 7 * 24 * 3600
-    progress_interval_seconds: float = 10.0
 
     @property
     def visibility_timeout_seconds(self) -> int:
@@ -173,7 +172,6 @@ def _build(env: Mapping[str, str]) -> Settings:
         runner_python=_get(env, "RUNNER_PYTHON"),
         max_job_minutes=_int(env, "MAX_JOB_MINUTES", 60, problems),
         delivery_ttl_seconds=_int(env, "DELIVERY_TTL_SECONDS", 7 * 24 * 3600, problems),
-        progress_interval_seconds=float(_int(env, "PROGRESS_INTERVAL_SECONDS", 10, problems, minimum=0)),
     )
     if problems:
         raise ConfigError(problems)

@@ -82,7 +82,6 @@ class Stack:
             "COMPILE_CI_PUBLIC_URL": self.web_url,
             "COMPILE_CI_CLONE_URL_TEMPLATE": (self.root / "repos").as_uri() + "/{full_name}",
             "COMPILE_CI_DEVICES": self.devices,
-            "COMPILE_CI_PROGRESS_INTERVAL_SECONDS": "2",
         }
 
     def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
