@@ -235,3 +235,65 @@ def forward_and_grads(
     grads = {name: p.grad.detach().clone() for name, p in module.named_parameters() if p.grad is not None}
     buffers = {name: b.detach().clone() for name, b in module.named_buffers()}
     return ModuleRun(map_tensors(outputs, torch.Tensor.detach), grads, buffers)
+
+
+class CompileCapture:
+    """What inductor produced while a test ran: the generated code of each graph and compile metrics."""
+
+    def __init__(self) -> None:
+        self.codes: list[str] = []
+        self._start: dict[str, float] = {}
+        self.metrics: dict[str, float] = {}
+
+    def _snapshot(self) -> dict[str, float]:
+        counters = dynamo_counters()
+        snap: dict[str, float] = {
+            "frames": counters.get("frames", {}).get("total", 0),
+            "graphs": counters.get("stats", {}).get("unique_graphs", 0),
+            "graph_breaks": sum(counters.get("graph_break", {}).values()),
+            "fx_graph_cache_hits": counters.get("inductor", {}).get("fxgraph_cache_hit", 0),
+            "fx_graph_cache_misses": counters.get("inductor", {}).get("fxgraph_cache_miss", 0),
+            "autograd_cache_hits": counters.get("aot_autograd", {}).get("autograd_cache_hit", 0),
+        }
+        try:
+            # Every recompile is preceded by a guard failure of an already compiled frame.
+            failures = _private("torch._dynamo.utils", "guard_failures")
+            snap["recompiles"] = sum(len(reasons) for reasons in failures.values())
+        except Exception:  # noqa: BLE001 - metrics are best effort on any torch version
+            pass
+        try:
+            times = _private("torch._dynamo.utils", "compilation_time_metrics")
+            snap["compile_time_s"] = sum(times.get("_compile.compile_inner", []))
+        except Exception:  # noqa: BLE001
+            pass
+        try:
+            snap["kernels_generated"] = _private("torch._inductor.metrics", "generated_kernel_count")
+        except Exception:  # noqa: BLE001
+            pass
+        return snap
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[CompileCapture]:
+        """Hook inductor's own output-code callback (also called on cache hits); no debug mode is turned on,
+        so what the test exercises, caches included, is unchanged."""
+        try:
+            lowering = _private("torch._inductor.graph", "GraphLowering")
+        except Exception:  # noqa: BLE001
+            lowering = None
+        previous = getattr(lowering, "save_output_code", None)
+
+        def save(code: str) -> None:
+            self.codes.append(code)
+            if previous is not None:
+                previous(code)
+
+        if lowering is not None:
+            lowering.save_output_code = save
+        self._start = self._snapshot()
+        try:
+            yield self
+        finally:
+            end = self._snapshot()
+            self.metrics = {k: round(end[k] - self._start.get(k, 0), 4) for k in end}
+            if lowering is not None:
+                lowering.save_output_code = previous
