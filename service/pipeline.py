@@ -150,8 +150,8 @@ def _execute(ctx: WorkerContext, job: Job, owner: str) -> None:
 
 def _spec(ctx: WorkerContext, job: Job, config: RepoConfig, checkout: Path, out: Path) -> RunSpec:
     python = ctx.settings.runner_python or sys.executable
-    pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin", "-o", "junit_family=xunit1",
-              f"--junitxml={out / 'junit.xml'}"]
+    pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
+              "-o", "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}"]
     if job.suite == "repo":
         command = [*pytest, "--rootdir", str(checkout), *(str(checkout / p) for p in config.repo_tests)]
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,3 +71,18 @@ def test_details_link_opens_the_job_page_with_log_and_results(finished: tuple[St
     assert FULL_NAME in page
     job_dir = Path(stack.root) / "data" / "artifacts"
     assert any(job_dir.rglob("meta.json"))
+
+
+def test_job_page_links_each_tests_generated_code(finished: tuple[Stack, dict[str, Any]]) -> None:
+    _stack, runs = finished
+    job_url = runs["good"]["details_url"]
+    with urllib.request.urlopen(job_url, timeout=10) as response:
+        page = response.read().decode()
+    links = re.findall(r'class="test-link" href="([^"]+)">(\d+) graph', page)
+    assert links and any(int(count) >= 1 for _href, count in links)
+    href = next(h for h, count in links if int(count) >= 1)
+    with urllib.request.urlopen(job_url.split("/jobs/")[0] + href, timeout=10) as response:
+        test_page = response.read().decode()
+    # inductor's CPU output: a Python wrapper around C++ kernels, highlighted, with the compile metrics
+    assert "output_code_0.py" in test_page and "compile_time_s" in test_page and "kernels_generated" in test_page
+    assert "cpp_fused" in test_page or "extern" in test_page

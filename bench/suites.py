@@ -1,0 +1,89 @@
+"""Wall time of each built-in suite through the LocalRunner, cold and warm, with test counts.
+
+    python bench/suites.py [--device cpu|cuda] [--suites correctness,freezing] [--out DIR]
+
+"Cold" runs with an empty compile cache, "warm" reruns the suite with the cache the cold run filled (what a
+rerun of the same code on the same host gets). Needs only torch and pytest besides this repository, so it
+also runs on a GPU host. Prints a table and a JSON line with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runners.local import LocalRunner  # noqa: E402
+from runners.protocol import RunSpec  # noqa: E402
+
+
+def builtin_suites() -> list[str]:
+    return sorted(d.name for d in (ROOT / "suites").iterdir() if d.is_dir() and any(d.glob("test_*.py")))
+
+
+def counts(junit: Path) -> dict[str, int]:
+    out = {"passed": 0, "failed": 0, "skipped": 0}
+    if not junit.exists():
+        return {**out, "failed": -1}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        if case.find("failure") is not None or case.find("error") is not None:
+            out["failed"] += 1
+        elif case.find("skipped") is not None:
+            out["skipped"] += 1
+        else:
+            out["passed"] += 1
+    return out
+
+
+def failures(junit: Path) -> list[str]:
+    if not junit.exists():
+        return []
+    return [f"{c.get('classname')}::{c.get('name')}" for c in ET.parse(junit).getroot().iter("testcase")
+            if c.find("failure") is not None or c.find("error") is not None]
+
+
+def run_suite(suite: str, device: str, cache: Path, out: Path) -> dict[str, object]:
+    out.mkdir(parents=True, exist_ok=True)
+    command = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
+               "-o", "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}", str(ROOT / "suites" / suite))
+    env = {"COMPILE_CI_DEVICE": device, "COMPILE_CI_OUTPUT_DIR": str(out), "PYTHONPATH": str(ROOT),
+           "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton")}
+    spec = RunSpec(job_id=f"bench-{suite}-{device}", command=command, checkout_dir=ROOT, output_dir=out,
+                   timeout_s=1800, device=device, env=env)
+    result = LocalRunner().run(spec)
+    return {"wall_s": round(result.duration_s, 1), "exit": result.exit_code, **counts(out / "junit.xml"),
+            "failures": failures(out / "junit.xml")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    parser.add_argument("--suites", default=",".join(builtin_suites()))
+    parser.add_argument("--out", type=Path, default=None, help="keep artifacts here (default: a temp dir)")
+    args = parser.parse_args()
+    base = args.out or Path(tempfile.mkdtemp(prefix="compile-ci-bench-suites-"))
+    figures: dict[str, dict[str, object]] = {}
+    for suite in args.suites.split(","):
+        cache = base / "cache" / suite
+        cold = run_suite(suite, args.device, cache, base / suite / "cold")
+        warm = run_suite(suite, args.device, cache, base / suite / "warm")
+        figures[suite] = {"cold": cold, "warm": warm}
+        print(f"{suite:<12} {args.device:<5} cold {cold['wall_s']:>6.1f} s  warm {warm['wall_s']:>6.1f} s  "
+              f"passed {cold['passed']:>3}  failed {cold['failed']:>2}  skipped {cold['skipped']:>3}", flush=True)
+        for name in cold["failures"]:  # type: ignore[union-attr]
+            print(f"    FAILED {name}")
+    total_cold = sum(f["cold"]["wall_s"] for f in figures.values())  # type: ignore[misc]
+    total_warm = sum(f["warm"]["wall_s"] for f in figures.values())  # type: ignore[misc]
+    print(f"{'all':<12} {args.device:<5} cold {total_cold:>6.1f} s  warm {total_warm:>6.1f} s")
+    print(json.dumps({"device": args.device, "suites": figures, "total_cold_s": round(total_cold, 1),
+                      "total_warm_s": round(total_warm, 1)}))
+
+
+if __name__ == "__main__":
+    main()

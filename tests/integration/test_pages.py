@@ -1,0 +1,84 @@
+"""The pages behind the Details link: what they show, what they escape, what they refuse."""
+
+from __future__ import annotations
+
+import pytest
+from flask.testing import FlaskClient
+
+from service.app import create_app
+from service.config import Settings
+from service.store import Job, NewRun, Store, TestRecord
+from suites.naming import sanitise_nodeid
+
+EVIL = "correctness/test_x.py::test_name[<script>alert(1)</script>]"
+
+
+@pytest.fixture
+def job(settings: Settings) -> Job:
+    store = Store(settings.database_url)
+    run, _ = store.create_run_if_absent(NewRun(
+        repo_full_name="octo/zoo", repo_id=1, installation_id=2, clone_url="file:///nowhere", private=False,
+        trigger="pull_request", trigger_ref="pr/1", pr_number=1, branch="b", head_sha="a" * 40, sender="octocat"))
+    job = Job(id=f"{run.id}-correctness-cpu", run_id=run.id, suite="correctness", device="cpu", timeout_s=60,
+              attempt=1, state="completed", conclusion="failure", passed=1, failed=1, skipped=0, errors=0,
+              title="1 failed, 1 passed, 0 skipped", detail="", reported="")
+    store.add_jobs_if_absent([job])
+    out = settings.artifacts_dir / run.id / job.id / "1"
+    test_dir = out / "tests" / sanitise_nodeid(EVIL)
+    test_dir.mkdir(parents=True)
+    (out / "log.txt").write_text("collecting...\n<script>alert('log')</script>\n")
+    (test_dir / "output_code_0.py").write_text("def call(args):\n    return '<b>kernel</b>'\n")
+    (test_dir / "metrics.json").write_text('{"nodeid": "x", "compile_time_s": 1.5, "graphs": 1}')
+    store.replace_results(job.id, 1, [
+        TestRecord(nodeid="correctness/test_x.py::test_ok", outcome="passed", duration_s=0.5),
+        TestRecord(nodeid=EVIL, outcome="failed", duration_s=1.0, message="boom", details="Traceback <b>"),
+    ])
+    store.replace_artifacts(job.id, 1, [(str(p.relative_to(out)), p.stat().st_size)
+                                        for p in sorted(out.rglob("*")) if p.is_file()])
+    return job
+
+
+@pytest.fixture
+def client(settings: Settings) -> FlaskClient:
+    return create_app(settings).test_client()
+
+
+def test_job_page_shows_failures_first_escaped(client: FlaskClient, job: Job) -> None:
+    page = client.get(f"/jobs/{job.id}").get_data(as_text=True)
+    assert "<script>" not in page
+    assert "test_name[&lt;script&gt;alert(1)&lt;/script&gt;]" in page
+    assert "&lt;script&gt;alert(&#39;log&#39;)&lt;/script&gt;" in page
+    assert page.index("test_name[") < page.index("test_ok")  # the failing test comes first
+    assert f'href="/jobs/{job.id}/tests/{sanitise_nodeid(EVIL)}">1 graph' in page
+
+
+def test_test_page_highlights_generated_code(client: FlaskClient, job: Job) -> None:
+    page = client.get(f"/jobs/{job.id}/tests/{sanitise_nodeid(EVIL)}").get_data(as_text=True)
+    assert "compile_time_s" in page and "1.5" in page
+    assert "&lt;b&gt;kernel&lt;/b&gt;" in page and "<b>kernel</b>" not in page
+    assert 'class="code"' in page
+
+
+@pytest.mark.parametrize("path", [
+    "/jobs/{job}/files/../../../../etc/passwd",
+    "/jobs/{job}/files/%2e%2e/%2e%2e/compile-ci.sqlite3",
+    "/jobs/{job}/tests/..",
+    "/jobs/not-a-job-id",
+    "/jobs/{job}/tests/nope",
+    "/runs/../etc",
+])
+def test_paths_outside_a_job_are_404(client: FlaskClient, job: Job, path: str) -> None:
+    assert client.get(path.format(job=job.id)).status_code == 404
+
+
+def test_artifact_files_download_as_text(client: FlaskClient, job: Job) -> None:
+    with client.get(f"/jobs/{job.id}/files/log.txt") as response:
+        assert response.status_code == 200 and response.mimetype == "text/plain"
+        assert "collecting" in response.get_data(as_text=True)
+
+
+def test_run_page_and_index(client: FlaskClient, job: Job) -> None:
+    assert "correctness (cpu)" in client.get(f"/runs/{job.run_id}").get_data(as_text=True)
+    assert job.run_id in client.get("/").get_data(as_text=True)
+
+
