@@ -118,13 +118,11 @@ CONV_BN_CASES: dict[str, tuple[Callable[[], nn.Module], Callable[[nn.Module, tor
 }
 
 
-def _eager_compiled_reference(
-    fn: Callable[..., Any], module: nn.Module, *inputs: torch.Tensor, compiled_fn: Callable[..., Any] | None = None
-) -> tuple[Any, Any, Any]:
+def _eager_compiled_reference(fn: Callable[..., Any], module: nn.Module, *inputs: torch.Tensor) -> tuple[Any, Any, Any]:
     """Eager, compiled and float64 results of ``fn(module, *inputs)``; the reference copy is taken first."""
     reference = copy.deepcopy(module).to(torch.float64)
     eager = fn(module, *harness.clone_inputs(inputs))
-    compiled = (compiled_fn or torch.compile(fn, backend="inductor"))(module, *harness.clone_inputs(inputs))
+    compiled = torch.compile(fn, backend="inductor")(module, *harness.clone_inputs(inputs))
     fp64 = fn(reference, *harness.to_fp64(inputs))
     return compiled, eager, fp64
 
@@ -154,19 +152,35 @@ def test_conv_bn_folded_in_low_precision(device: str) -> None:
     assert harness.inductor_counter("binary_folding") > 0, f"freezing did not fold the batchnorm in {dtype}"
 
 
-def test_folding_keeps_dtype(device: str) -> None:
-    # A one-element float32 tensor times a low-precision conv promotes the product to float32 in eager. Folding the
-    # multiplication into the conv's weights must not change that: the folded graph still returns eager's dtype.
+def _times_float32_tensor(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    # A one-element float32 tensor promotes a low-precision product to float32 in eager; folding the multiplier into
+    # the conv's low-precision weights would silently return the narrower dtype, so it must stay unfolded.
+    return module(x) * torch.full([1], 2.0, device=x.device)
+
+
+def _times_python_scalar(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    # A Python scalar does not promote: this multiplier can be folded and the result keeps the conv's dtype.
+    return module(x) * 2.5
+
+
+# name -> (function, whether the multiplier must be folded into the conv)
+SCALED_CONVS: dict[str, tuple[Callable[[nn.Module, torch.Tensor], torch.Tensor], bool]] = {
+    "promoting_tensor_scale": (_times_float32_tensor, False),
+    "python_scalar_scale": (_times_python_scalar, True),
+}
+
+
+@pytest.mark.parametrize("case", list(SCALED_CONVS))
+def test_folding_keeps_dtype(case: str, device: str) -> None:
+    scaled_conv, must_fold = SCALED_CONVS[case]
     dtype = torch.bfloat16 if device == "cpu" else torch.float16
     conv = nn.Conv2d(3, CHANNELS, kernel_size=3, stride=2, bias=False).to(device, dtype).eval()
-
-    def scaled_conv(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        return module(x) * torch.full([1], 2.0, device=x.device)
-
     x = torch.randn(IMAGE_SHAPE, device=device).to(dtype)
     compiled, eager, fp64 = _eager_compiled_reference(scaled_conv, conv, x)
-    assert compiled.dtype == eager.dtype, f"compiled {compiled.dtype}, eager {eager.dtype}"
+    assert compiled.dtype == eager.dtype, f"folding changed the dtype: compiled {compiled.dtype}, eager {eager.dtype}"
     harness.assert_close_to_reference(compiled, eager, fp64)
+    if must_fold:
+        assert harness.inductor_counter("binary_folding") > 0, "freezing did not fold the scalar into the conv"
 
 
 def test_folded_parameters_released(device: str) -> None:
