@@ -116,18 +116,24 @@ def _call_once(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def _call_twice(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    # The same conv and batchnorm appear twice in one graph (module sharing); both uses must see the folded weights.
+    # Module sharing as models write it: the same conv+bn called twice on one input. Common-subexpression
+    # elimination merges the two calls into one conv+bn chain, which must then be folded like any other.
     first = module(x)
     return module(x) - 0.5 * first
 
 
+def _call_on_both_halves(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    # Module sharing across different inputs: two convolutions share one weight, so folding a batchnorm into it
+    # for one use would change the other; the pair may stay unfolded but must keep eager's numbers.
+    return module(x[:1]) - 0.5 * module(x[1:])
+
+
 # name -> (factory, how the compiled function uses the module, whether a fold must happen)
 CONV_BN_CASES: dict[str, tuple[Callable[[], nn.Module], Callable[[nn.Module, torch.Tensor], torch.Tensor], bool]] = {
-    "module_bn": (ConvBatchNorm, _call_once, True),
-    "functional_bn": (ConvFunctionalBatchNorm, _call_once, True),
-    "module_bn_used_twice": (ConvBatchNorm, _call_twice, True),
-    "functional_bn_used_twice": (ConvFunctionalBatchNorm, _call_twice, True),
-    # A shared conv may legitimately stay unfolded; only the numbers are checked.
+    "module_bn": (ConvBatchNorm, _call_twice, True),
+    "functional_bn": (ConvFunctionalBatchNorm, _call_twice, True),
+    "module_bn_on_two_inputs": (ConvBatchNorm, _call_on_both_halves, False),
+    # A conv shared by two different batchnorms cannot take both folds and may legitimately stay unfolded.
     "conv_feeds_two_bns": (ConvFeedingTwoBatchNorms, _call_once, False),
     "conv_feeds_two_functional_bns": (ConvFeedingTwoFunctionalBatchNorms, _call_once, False),
 }

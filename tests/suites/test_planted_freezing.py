@@ -9,10 +9,7 @@ from .suite_run import run_suite
 # The conv-bn cases whose batchnorm is folded into its conv (a conv feeding two batchnorms may stay unfolded), and
 # a test with no conv at all, which must not notice the plant.
 SELECTION = "test_conv_bn_folded_matches_eager or test_random_op_not_folded"
-FOLDED_CASES = {
-    f"test_conv_bn_folded_matches_eager[{case}]"
-    for case in ("module_bn", "functional_bn", "module_bn_used_twice", "functional_bn_used_twice")
-}
+FOLDED_CASES = {f"test_conv_bn_folded_matches_eager[{case}]" for case in ("module_bn", "functional_bn")}
 UNRELATED = {"test_random_op_not_folded"}
 
 
