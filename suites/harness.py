@@ -297,3 +297,18 @@ class CompileCapture:
             self.metrics = {k: round(end[k] - self._start.get(k, 0), 4) for k in end}
             if lowering is not None:
                 lowering.save_output_code = previous
+
+
+# --- freezing and layout suites ------------------------------------------------------------------------------------
+# Wrappers for suites/freezing and suites/layout, kept in one block at the end of the file so that parallel additions
+# by other suites merge without conflicts.
+
+
+def inductor_counter(name: str) -> int:
+    """How often inductor counted ``name`` (e.g. ``binary_folding``) since the last ``fresh_compile_state``."""
+    return int(dynamo_counters().get("inductor", {}).get(name, 0))
+
+
+def mark_dynamic(tensor: torch.Tensor, *dims: int) -> None:
+    """Make dynamo compile ``dims`` of ``tensor`` as symbolic sizes, not as the example's numbers."""
+    _private("torch._dynamo", "mark_dynamic")(tensor, list(dims))
