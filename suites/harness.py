@@ -312,3 +312,93 @@ def inductor_counter(name: str) -> int:
 def mark_dynamic(tensor: torch.Tensor, *dims: int) -> None:
     """Make dynamo compile ``dims`` of ``tensor`` as symbolic sizes, not as the example's numbers."""
     _private("torch._dynamo", "mark_dynamic")(tensor, list(dims))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# passes / autograd / fusion suites: custom inductor passes, the pattern matcher, AOT autograd guards, graph CSE and
+# functorch's memory-efficient fusion. Each wrapper looks its target up on every call, so a test (or a planted bug)
+# that replaces the torch function is seen.
+# ---------------------------------------------------------------------------------------------------------------------
+
+CUSTOM_PASS_HOOKS = (
+    "pre_grad_custom_pass",
+    "joint_custom_pre_pass",
+    "joint_custom_post_pass",
+    "post_grad_custom_pre_pass",
+    "post_grad_custom_post_pass",
+)
+
+
+def custom_graph_pass(fn: Callable[[torch.fx.Graph], None], uuid: Any) -> Any:
+    """Wrap ``fn(graph)`` as inductor's ``CustomGraphPass`` whose ``uuid()`` keys the FX graph cache (``None``
+    bypasses the cache, so the pass really runs on every compile)."""
+    base = _private("torch._inductor.custom_graph_pass", "CustomGraphPass")
+
+    class _FunctionPass(base):  # type: ignore[misc, valid-type]
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            fn(graph)
+
+        def uuid(self) -> Any:
+            return uuid
+
+    _FunctionPass.__qualname__ = f"custom_graph_pass[{getattr(fn, '__name__', type(fn).__name__)}]"
+    return _FunctionPass()
+
+
+def is_custom_graph_pass(candidate: Any) -> bool:
+    """Whether ``candidate`` already implements inductor's ``CustomGraphPass`` (and so names its own uuid)."""
+    try:
+        base = importlib.import_module("torch._inductor.custom_graph_pass").CustomGraphPass
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(candidate, base)
+
+
+def pattern_matcher_pass() -> Any:
+    """A fresh, empty ``torch._inductor.pattern_matcher.PatternMatcherPass``."""
+    return _private("torch._inductor.pattern_matcher", "PatternMatcherPass")()
+
+
+def register_forward_replacement(
+    pattern: Callable[..., Any], replacement: Callable[..., Any], example_inputs: list[torch.Tensor], target: Any
+) -> None:
+    """Trace ``pattern`` and ``replacement`` on ``example_inputs`` and register the rewrite on ``target``
+    (a PatternMatcherPass), for graphs without autograd (post-grad graphs)."""
+    register = _private("torch._inductor.pattern_matcher", "register_replacement")
+    trace = _private("torch._inductor.pattern_matcher", "fwd_only")
+    register(pattern, replacement, example_inputs, trace, target)
+
+
+def pattern_matcher_counts() -> tuple[int, int]:
+    """(matches, matched nodes) the inductor pattern matcher counted since the last ``fresh_compile_state``."""
+    inductor = dynamo_counters().get("inductor", {})
+    return int(inductor.get("pattern_matcher_count", 0)), int(inductor.get("pattern_matcher_nodes", 0))
+
+
+def recompile_reasons() -> list[str]:
+    """Every guard-failure reason dynamo recorded (one per recompile), as text."""
+    failures = _private("torch._dynamo.utils", "guard_failures")
+    return [str(reason) for reasons in failures.values() for reason in reasons]
+
+
+@contextlib.contextmanager
+def scoped_operator_library(namespace: str) -> Iterator[Any]:
+    """A ``torch.library`` FRAGMENT for ``namespace`` whose operators are unregistered when the body ends."""
+    with _private("torch.library", "_scoped_library")(namespace, "FRAGMENT") as lib:
+        yield lib
+
+
+def make_fx(fn: Callable[..., Any], *args: Any) -> torch.fx.GraphModule:
+    """Trace ``fn(*args)`` into an ATen-level FX GraphModule (real tensors, no autograd)."""
+    return _private("torch.fx.experimental.proxy_tensor", "make_fx")(fn)(*args)
+
+
+def fx_graph_cse(graph: torch.fx.Graph) -> torch.fx.Graph:
+    """functorch's common-subexpression elimination: a new graph with duplicate computations merged."""
+    return _private("torch._functorch.compile_utils", "fx_graph_cse")(graph)
+
+
+def memory_efficient_fusion(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """functorch's ``memory_efficient_fusion``: AOT autograd with the min-cut recomputation partitioner and
+    TorchScript-compiled forward and backward graphs."""
+    return _private("functorch.compile", "memory_efficient_fusion")(fn)

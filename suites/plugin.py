@@ -77,8 +77,11 @@ class ArtifactWriter:
         for index, code in enumerate(codes):
             (directory / f"output_code_{index}.py").write_text(code)
         metrics = {
-            "nodeid": item.nodeid, "outcome": report.outcome, "duration_s": round(report.duration, 4),
-            "output_code_files": len(codes), **(capture.metrics if capture is not None else {}),
+            "nodeid": item.nodeid,
+            "outcome": report.outcome,
+            "duration_s": round(report.duration, 4),
+            "output_code_files": len(codes),
+            **(capture.metrics if capture is not None else {}),
         }
         (directory / "metrics.json").write_text(json.dumps(metrics, indent=2))
         if report.failed:
@@ -89,5 +92,3 @@ def pytest_configure(config: pytest.Config) -> None:
     output = os.environ.get(OUTPUT_ENV)
     if output and not config.pluginmanager.has_plugin("compile-ci-artifacts"):
         config.pluginmanager.register(ArtifactWriter(Path(output)), "compile-ci-artifacts")
-
-

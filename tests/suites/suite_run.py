@@ -13,7 +13,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # Variables of the surrounding job that would change what the suite runs (declared models, another device).
-_JOB_VARIABLES = ("COMPILE_CI_TARGETS", "COMPILE_CI_CHECKOUT", "COMPILE_CI_OUTPUT_DIR", "COMPILE_CI_DEVICE")
+_JOB_VARIABLES = (
+    "COMPILE_CI_TARGETS",
+    "COMPILE_CI_CHECKOUT",
+    "COMPILE_CI_OUTPUT_DIR",
+    "COMPILE_CI_DEVICE",
+    "PYTEST_ADDOPTS",
+)
 
 
 @dataclass(frozen=True)
@@ -46,9 +52,19 @@ def _outcomes(junit: Path) -> tuple[dict[str, str], dict[str, str]]:
     return outcomes, messages
 
 
-def run_suite(suite: str, selection: str, workdir: Path, plugin: str | None = None, timeout: int = 300) -> SuiteRun:
+def run_suite(
+    suite: str,
+    selection: str,
+    workdir: Path,
+    plugin: str | None = None,
+    timeout: int = 300,
+    plant: str | None = None,
+) -> SuiteRun:
     """``python -m pytest suites/<suite> -k <selection>`` on cpu from a scratch directory, optionally with ``-p
-    plugin`` loaded (a planted bug). Inductor's cache directory is inherited, so warm runs stay fast."""
+    plugin`` loaded (a planted bug; ``plant`` names a module of tests.suites.planted). Inductor's cache directory is
+    inherited, so warm runs stay fast."""
+    if plant:
+        plugin = f"tests.suites.planted.{plant}"
     junit = workdir / "junit.xml"
     env = {key: value for key, value in os.environ.items() if key not in _JOB_VARIABLES}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
