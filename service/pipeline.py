@@ -269,8 +269,9 @@ def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: l
             junit_problem = str(exc)
     counts = {k: sum(r.outcome == k for r in records) for k in ("passed", "failed", "skipped", "error")}
     conclusion, title, detail = _judge(result, counts, junit_problem)
-    if conclusion == "cancelled" and job.detail:
-        detail = job.detail  # why it was cancelled: superseded by a push, or /cancel
+    current = ctx.store.get_job(job.id)
+    if conclusion == "cancelled" and current is not None and current.detail:
+        detail = current.detail  # why it was cancelled (a newer push, /cancel), set while it ran
     env_info = _read_json(out / "environment.json")
     meta = {"exit_code": result.exit_code, "duration_s": round(result.duration_s, 3), "runner": ctx.runner.name,
             "timed_out": result.timed_out, "oom": result.oom, "infra_error": result.infra_error,
