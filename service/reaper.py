@@ -25,6 +25,10 @@ def reap(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
     now = now or utcnow()
     grace = timedelta(seconds=ctx.settings.reaper_grace_seconds)
     did: list[str] = []
+    for job in ctx.store.jobs_in_state("completed"):
+        if job.reported != "completed" and job.finished_at and job.finished_at + grace <= now:
+            ctx.queue.report_job(job.id)
+            did.append(f"{job.id}: finished but never reported; reporting it")
     for job in ctx.store.jobs_in_state("running", "queued"):
         if job.device not in ctx.settings.devices:
             continue
@@ -32,10 +36,6 @@ def reap(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
         if since + timedelta(seconds=job.timeout_s) + grace > now:
             continue
         did.append(_overdue(ctx, job))
-    for job in ctx.store.jobs_in_state("completed"):
-        if job.reported != "completed" and job.finished_at and job.finished_at + grace <= now:
-            ctx.queue.report_job(job.id)
-            did.append(f"{job.id}: finished but never reported; reporting it")
     for line in did:
         log.warning("reaper: %s", line)
     return did
