@@ -36,7 +36,8 @@ def create_app(settings: Settings) -> Flask:
         store=store,
         claims=Claims(settings.redis_url, settings.delivery_ttl_seconds),
         router=root_router,
-        handler_deps=HandlerDeps(store=store, queue=queue),
+        handler_deps=HandlerDeps(store=store, queue=queue, app_id=settings.github_app_id,
+                                 devices=settings.devices),
     )
     app.register_blueprint(webhook.blueprint)
     app.register_blueprint(pages.blueprint)

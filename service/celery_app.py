@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from celery import Celery
 from kombu import Queue
 
@@ -11,6 +13,8 @@ QUEUES = ("cpu", "cuda", "github")
 PLAN_RUN = "compile_ci.plan_run"
 RUN_JOB = "compile_ci.run_job"
 REPORT_JOB = "compile_ci.report_job"
+HANDLE_COMMENT = "compile_ci.handle_comment"
+REAP_JOBS = "compile_ci.reap_jobs"
 
 
 def create_celery(settings: Settings) -> Celery:
@@ -29,6 +33,10 @@ def create_celery(settings: Settings) -> Celery:
         task_queues=[Queue(name) for name in QUEUES],
         task_default_queue="github",
         worker_hijack_root_logger=False,
+        # `compile-ci beat` (or a worker started with --beat) sends this; the github workers run it.
+        beat_schedule={"reap-jobs": {"task": REAP_JOBS, "schedule": float(settings.reaper_interval_seconds),
+                                     "options": {"queue": "github", "expires": settings.reaper_interval_seconds}}},
+        beat_schedule_filename=str(settings.data_dir / "celerybeat-schedule"),
     )
     return app
 
@@ -47,3 +55,7 @@ class CeleryQueue:
 
     def report_job(self, job_id: str) -> None:
         self._app.send_task(REPORT_JOB, args=[job_id], queue="github")
+
+    def handle_comment(self, request: dict[str, Any]) -> None:
+        # Primitive fields of the comment (ids, logins, the command lines); the worker asks GitHub the rest.
+        self._app.send_task(HANDLE_COMMENT, args=[request], queue="github")

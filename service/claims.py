@@ -42,3 +42,11 @@ class Claims:
     def report_lock(self, job_id: str) -> AbstractContextManager[object]:
         # One report of a job at a time, so a slow in_progress PATCH can never land after completed.
         return self._redis.lock(f"compile-ci:report-lock:{job_id}", timeout=120, blocking_timeout=60)
+
+    def recall(self, key: str) -> str | None:
+        value = self._redis.get(f"compile-ci:memo:{key}")
+        return value.decode() if isinstance(value, bytes) else None
+
+    def remember(self, key: str, value: str) -> None:
+        """Keep what a task already did, so its retry (after a GitHub error) does not do it twice."""
+        self._redis.set(f"compile-ci:memo:{key}", value, nx=True, ex=self._ttl)

@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> int:
     worker = sub.add_parser("worker", help="run a Celery worker")
     worker.add_argument("--queues", default="cpu,github", help=f"comma-separated, from {', '.join(QUEUES)}")
     worker.add_argument("--concurrency", type=int, default=1)
+    worker.add_argument("--beat", action="store_true", help="also run the reaper's schedule (one such worker only)")
+    sub.add_parser("beat", help="send the periodic reaper task (run exactly one per deployment)")
     check = sub.add_parser("check-config", help="validate a .compile-ci.toml the way the service will")
     check.add_argument("path", type=Path, nargs="?", default=Path(".compile-ci.toml"))
     args = parser.parse_args(argv)
@@ -38,8 +40,13 @@ def main(argv: list[str] | None = None) -> int:
         _validated_settings()
         queues = args.queues.split(",")
         pool = ["-P", "threads"] if queues == ["github"] else []
+        beat = ["-B"] if args.beat else []
         os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "service.worker", "worker", "-Q",
-                                   args.queues, "-c", str(args.concurrency), *pool, "--loglevel", "INFO"])
+                                   args.queues, "-c", str(args.concurrency), *pool, *beat, "--loglevel", "INFO"])
+    if args.command == "beat":
+        _validated_settings()
+        os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "service.worker", "beat", "--loglevel",
+                                   "INFO"])
     if args.command == "check-config":
         return _check_config(args.path)
     return 2

@@ -68,6 +68,12 @@ class Settings:
     runner_python: str = ""
     max_job_minutes: int = 60
     delivery_ttl_seconds: int = 7 * 24 * 3600
+    # Live progress of a running job is PATCHed at most this often (GitHub's secondary rate limits).
+    progress_interval_seconds: int = 10
+    # The reaper (Celery beat) looks this often for jobs past their time limit plus the grace: their
+    # worker died, and without it their check runs would stay in progress forever.
+    reaper_interval_seconds: int = 60
+    reaper_grace_seconds: int = 300
 
     @property
     def visibility_timeout_seconds(self) -> int:
@@ -172,6 +178,9 @@ def _build(env: Mapping[str, str]) -> Settings:
         runner_python=_get(env, "RUNNER_PYTHON"),
         max_job_minutes=_int(env, "MAX_JOB_MINUTES", 60, problems),
         delivery_ttl_seconds=_int(env, "DELIVERY_TTL_SECONDS", 7 * 24 * 3600, problems),
+        progress_interval_seconds=_int(env, "PROGRESS_INTERVAL_SECONDS", 10, problems),
+        reaper_interval_seconds=_int(env, "REAPER_INTERVAL_SECONDS", 60, problems),
+        reaper_grace_seconds=_int(env, "REAPER_GRACE_SECONDS", 300, problems, minimum=0),
     )
     if problems:
         raise ConfigError(problems)

@@ -1,10 +1,12 @@
-"""GitHub facade on PyGithub (the only module that imports it): App auth, tokens and check runs."""
+"""GitHub facade on PyGithub (the only module that imports it): App auth, tokens, check runs, comments."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from github import Auth, Github, GithubException, GithubIntegration, GithubRetry
 from github.GithubException import RateLimitExceededException
@@ -67,26 +69,77 @@ class GitHubApp:
         with _translated("minting an installation token"):
             return integration.get_access_token(installation_id).token
 
-    def create_check_run(self, installation_id: int, repo: str, view: CheckRunView) -> int:
-        fields = _fields(view)
+    def find_check_run(self, installation_id: int, repo: str, view: CheckRunView) -> int | None:
+        """The check run already made for this view's external_id, if any.
+
+        A create that GitHub applied but answered 5xx (or whose answer was lost) leaves a check run we do not
+        know the id of; looking it up before every create is what makes the Celery retry harmless.
+        """
+        with _translated(f"listing check runs of {view.head_sha[:12]} on {repo}"):
+            commit = self.client(installation_id).get_repo(repo).get_commit(view.head_sha)
+            for check_run in commit.get_check_runs(check_name=view.name, filter="all"):
+                if check_run.external_id == view.external_id:
+                    return int(check_run.id)
+        return None
+
+    def create_check_run(self, installation_id: int, repo: str, view: CheckRunView,
+                         annotations: Sequence[dict[str, Any]] = ()) -> int:
+        fields = _fields(view, annotations)
         with _translated(f"creating check run {view.name!r} on {repo}"):
             check_run = self.client(installation_id).get_repo(repo).create_check_run(
                 name=view.name, head_sha=view.head_sha, **fields
             )
         return int(check_run.id)
 
-    def update_check_run(self, installation_id: int, repo: str, check_run_id: int, view: CheckRunView) -> None:
+    def update_check_run(self, installation_id: int, repo: str, check_run_id: int, view: CheckRunView,
+                         annotations: Sequence[dict[str, Any]] = (), *, output_only: bool = False) -> None:
+        """PATCH the check run; `output_only` appends annotations to a completed run without touching status."""
+        fields = {"output": view.output(annotations)} if output_only else _fields(view, annotations)
         with _translated(f"updating check run {check_run_id} on {repo}"):
-            self.client(installation_id).get_repo(repo).get_check_run(check_run_id).edit(**_fields(view))
+            self.client(installation_id).get_repo(repo).get_check_run(check_run_id).edit(**fields)
+
+    def collaborator_access(self, installation_id: int, repo: str, login: str) -> tuple[str, str]:
+        """(role_name, permission) of `login` on `repo`: role_name tells maintain and triage apart."""
+        with _translated(f"reading {login}'s permission on {repo}"):
+            gh = self.client(installation_id)
+            url = f"{gh.get_repo(repo).url}/collaborators/{login}/permission"
+            _headers, data = gh.requester.requestJsonAndCheck("GET", url)
+        return str(data.get("role_name") or ""), str(data.get("permission") or "none")
+
+    def pull_request(self, installation_id: int, repo: str, number: int) -> PullHead:
+        with _translated(f"reading pull request {repo}#{number}"):
+            pull = self.client(installation_id).get_repo(repo).get_pull(number)
+            return PullHead(head_sha=pull.head.sha, head_ref=pull.head.ref, author=pull.user.login,
+                            association=str(pull.raw_data.get("author_association", "NONE")), state=pull.state)
+
+    def comment(self, installation_id: int, repo: str, number: int, body: str) -> None:
+        with _translated(f"commenting on {repo}#{number}"):
+            self.client(installation_id).get_repo(repo).get_issue(number).create_comment(body)
+
+    def react(self, installation_id: int, repo: str, number: int, comment_id: int, content: str) -> None:
+        with _translated(f"reacting to comment {comment_id} on {repo}"):
+            issue = self.client(installation_id).get_repo(repo).get_issue(number)
+            issue.get_comment(comment_id).create_reaction(content)
 
 
-def _fields(view: CheckRunView) -> dict[str, object]:
+@dataclass(frozen=True)
+class PullHead:
+    head_sha: str
+    head_ref: str
+    author: str
+    association: str
+    state: str
+
+
+def _fields(view: CheckRunView, annotations: Sequence[dict[str, Any]]) -> dict[str, object]:
     fields: dict[str, object] = {
         "status": view.status, "external_id": view.external_id, "details_url": view.details_url,
-        "output": view.output(),
+        "output": view.output(annotations),
     }
     if view.conclusion is not None:
         fields["conclusion"] = view.conclusion
+    if view.actions:
+        fields["actions"] = view.actions
     return fields
 
 

@@ -1,4 +1,4 @@
-"""The job lifecycle in one place: plan a run, run a job, report a job. Called by the Celery tasks."""
+"""The job lifecycle in one place: plan a run (or wait for approval), run a job. Called by the Celery tasks."""
 
 from __future__ import annotations
 
@@ -8,24 +8,31 @@ import os
 import shutil
 import socket
 import sys
-from dataclasses import dataclass
+import threading
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from runners.checkout import Checkout
 from runners.protocol import Runner, RunResult, RunSpec
+from service.annotations import locate_in_checkout
 from service.celery_app import CeleryQueue
-from service.checks import render_check_run
 from service.claims import Claims
 from service.config import Settings
-from service.github_api import GitHubApp, GoneError
+from service.github_api import GitHubApp
 from service.junit import JUnitError, parse_junit
 from service.planning import PlannedJob, builtin_suites, plan_jobs
 from service.repo_config import CONFIG_FILE, RepoConfig, default_config, parse_repo_config
-from service.store import Job, Run, Store, TestRecord, job_id_for, utcnow
+from service.store import APPROVAL_SUITE, Job, Run, Store, TestRecord, job_id_for, utcnow
 
 log = logging.getLogger(__name__)
 LEASE_TTL_S = 60
 INFRA_TITLE = "Infrastructure error — not a test failure"
+WAITING_DETAIL = (
+    "Nothing has run: @{author} is not a member or collaborator of this repository, so their code runs only "
+    "after someone with write access has read it and commented `/ok-to-test`. That approves commit {sha} only; "
+    "a later push needs a new approval."
+)
 
 
 @dataclass
@@ -58,13 +65,51 @@ def plan_run(ctx: WorkerContext, run_id: str) -> None:
     if run is None:
         log.warning("plan_run: run %s does not exist", run_id)
         return
+    if dropped(ctx, run):
+        return
+    if run.gate == "waiting":
+        _await_approval(ctx, run)
+        return
     if run.state == "planning":
         _plan(ctx, run)
     for job in ctx.store.jobs_of(run.id):
         if job.check_run_id is None:
-            report_job(ctx, job.id)
+            ctx.queue.report_job(job.id)
         if job.state == "queued":
             ctx.queue.run_job(job.id, job.device)
+
+
+def dropped(ctx: WorkerContext, run: Run) -> bool:
+    """Work for a repository the App was removed from, or for a head that a newer push replaced, is dropped."""
+    if ctx.store.is_uninstalled(run.repo_full_name):
+        log.info("run %s: %s is no longer installed; dropping its work", run.id, run.repo_full_name)
+        return True
+    if run.cancelled_reason:
+        log.info("run %s: cancelled (%s); not planning it", run.id, run.cancelled_reason)
+        return True
+    return False
+
+
+def _await_approval(ctx: WorkerContext, run: Run) -> None:
+    """One check run says the PR waits for a maintainer; nothing is fetched or run until /ok-to-test."""
+    job = Job(id=job_id_for(run.id, APPROVAL_SUITE, "none"), run_id=run.id, suite=APPROVAL_SUITE, device="none",
+              timeout_s=0, attempt=0, state="completed", conclusion="action_required", finished_at=utcnow(),
+              reported="", passed=0, failed=0, skipped=0, errors=0, title="Waiting for approval",
+              detail=WAITING_DETAIL.format(author=run.author or "the author", sha=run.head_sha[:12]))
+    ctx.store.add_jobs_if_absent([job])
+    ctx.store.update_run(run.id, state="waiting")
+    ctx.queue.report_job(job.id)
+
+
+def _approved(ctx: WorkerContext, run: Run) -> None:
+    """The waiting check run is replaced by a new, green one naming who approved which commit."""
+    approval_id = job_id_for(run.id, APPROVAL_SUITE, "none")
+    if ctx.store.reset_for_rerun(approval_id) is not None:
+        ctx.store.update_job(approval_id, state="completed", conclusion="success", finished_at=utcnow(),
+                             title=f"Approved by @{run.approved_by}",
+                             detail=f"@{run.approved_by} approved {run.head_sha[:12]} with `/ok-to-test`. "
+                                    "A new push needs a new approval.")
+        ctx.queue.report_job(approval_id)
 
 
 def _plan(ctx: WorkerContext, run: Run) -> None:
@@ -80,6 +125,8 @@ def _plan(ctx: WorkerContext, run: Run) -> None:
     planned = plan_jobs(parsed, ctx.settings.devices, ctx.settings.max_job_minutes)
     ctx.store.add_jobs_if_absent(_job_row(run, p, config_error) for p in planned)
     ctx.store.update_run(run.id, state="planned", config_error=config_error)
+    if run.gate == "approved":
+        _approved(ctx, run)
 
 
 def _job_row(run: Run, planned: PlannedJob, config_error: str | None) -> Job:
@@ -101,51 +148,88 @@ def _job_row(run: Run, planned: PlannedJob, config_error: str | None) -> Job:
 
 
 def run_job(ctx: WorkerContext, job_id: str) -> None:
-    owner = f"{socket.gethostname()}:{os.getpid()}:{job_id}"
+    owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{job_id}"
     job = ctx.store.get_job(job_id)
-    if job is None or job.state == "completed":
+    run = ctx.store.get_run(job.run_id) if job else None
+    if job is None or run is None or job.state == "completed":
+        return
+    if ctx.store.is_uninstalled(run.repo_full_name):
+        log.info("run_job %s: %s is no longer installed; dropping the job", job_id, run.repo_full_name)
+        return
+    if job.cancel_requested:
+        ctx.store.cancel_job(job_id, job.detail or "Cancelled before it started.")
+        ctx.queue.report_job(job_id)
         return
     if not ctx.claims.acquire_lease(job_id, owner, LEASE_TTL_S):
         log.info("run_job %s: already running elsewhere (lease held)", job_id)
         return
+    retry = False
     try:
         started = ctx.store.start_attempt(job_id, ctx.runner.name)
         if started is None:
             return
         ctx.queue.report_job(job_id)
-        _execute(ctx, started, owner)
+        retry = _execute(ctx, started, owner)
     finally:
         ctx.claims.release_lease(job_id, owner)
+    if retry:  # only after the lease is gone, or the retry would find it held and drop itself
+        ctx.queue.run_job(job_id, job.device)
     ctx.queue.report_job(job_id)
 
 
-def _execute(ctx: WorkerContext, job: Job, owner: str) -> None:
+class _Watch:
+    """The runner's ~1/s callback: keep the lease, publish progress now and then, and say when to cancel."""
+
+    def __init__(self, ctx: WorkerContext, job: Job, owner: str, out: Path) -> None:
+        self.ctx, self.job, self.owner, self.out = ctx, job, owner, out
+        self.last_published = time.monotonic()
+        self.progress: tuple[int, int, str] | None = None
+
+    def __call__(self) -> bool:
+        self.ctx.claims.refresh_lease(self.job.id, self.owner, LEASE_TTL_S)
+        if time.monotonic() - self.last_published >= self.ctx.settings.progress_interval_seconds:
+            self.last_published = time.monotonic()
+            self._publish_progress()
+        current = self.ctx.store.get_job(self.job.id)
+        return current is None or current.cancel_requested
+
+    def _publish_progress(self) -> None:
+        data = _read_json(self.out / "progress.json")
+        progress = (int(data.get("done", 0)), int(data.get("total", 0)), str(data.get("current", "")))  # type: ignore[call-overload]
+        if progress != self.progress and progress[1]:
+            self.progress = progress
+            self.ctx.store.update_job(self.job.id, progress_done=progress[0], progress_total=progress[1],
+                                      progress_current=progress[2])
+            self.ctx.queue.report_job(self.job.id)
+
+
+def _execute(ctx: WorkerContext, job: Job, owner: str) -> bool:
+    """Run one attempt; True when an infrastructure error earns it one automatic retry."""
     run = ctx.store.get_run(job.run_id)
     assert run is not None
     out = ctx.settings.artifacts_dir / run.id / job.id / str(job.attempt)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     work = ctx.settings.data_dir / "work" / job.id
+    roots: list[str] = []
     try:
-        mirror = ctx.fetch(run)
-        text = ctx.checkout.read_file(mirror, run.head_sha, CONFIG_FILE)
-        config = parse_repo_config(text, builtin_suites(ctx.suites_dir))
-        assert not isinstance(config, list), "planned jobs have a valid config"
-        checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
-        spec = _spec(ctx, job, config, checkout, out)
-        (out / "log.txt").write_text(f"$ {' '.join(spec.command)}\n")
-
-        def keep_lease() -> bool:
-            ctx.claims.refresh_lease(job.id, owner, LEASE_TTL_S)
-            return False
-
-        result = ctx.runner.run(spec, keep_lease)
-    except Exception as exc:  # the runner or checkout broke, not the PR
-        log.exception("job %s: infrastructure error", job.id)
-        result = RunResult(None, 0.0, infra_error=f"{type(exc).__name__}: {exc}")
+        try:
+            mirror = ctx.fetch(run)
+            text = ctx.checkout.read_file(mirror, run.head_sha, CONFIG_FILE)
+            config = parse_repo_config(text, builtin_suites(ctx.suites_dir))
+            assert not isinstance(config, list), "planned jobs have a valid config"
+            checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
+            spec = _spec(ctx, job, config, checkout, out)
+            roots = [str(spec.checkout_dir), spec.env.get("COMPILE_CI_CHECKOUT", "")]
+            (out / "log.txt").write_text(f"$ {' '.join(spec.command)}\n")
+            result = ctx.runner.run(spec, _Watch(ctx, job, owner, out))
+        except Exception as exc:  # the runner or checkout broke, not the PR
+            log.exception("job %s: infrastructure error", job.id)
+            result = RunResult(None, 0.0, infra_error=f"{type(exc).__name__}: {exc}")
+        # Before the work tree goes: locating failures in the repository's files needs them.
+        return _finish(ctx, job, out, result, roots, work / "src")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    _finish(ctx, job, out, result)
 
 
 def _spec(ctx: WorkerContext, job: Job, config: RepoConfig, checkout: Path, out: Path) -> RunSpec:
@@ -170,16 +254,24 @@ def _spec(ctx: WorkerContext, job: Job, config: RepoConfig, checkout: Path, out:
                    timeout_s=job.timeout_s, device=job.device, env=env)
 
 
-def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult) -> None:
+def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: list[str], checkout: Path) -> bool:
+    if result.infra_error and job.infra_failures == 0 and not job.cancel_requested:
+        log.warning("job %s: infrastructure error, retrying once: %s", job.id, result.infra_error)
+        ctx.store.update_job(job.id, state="queued", infra_failures=1, title="Retrying after an infrastructure error",
+                             detail=result.infra_error, started_at=None)
+        return True
     records: list[TestRecord] = []
     junit_problem = None
     if (out / "junit.xml").exists():
         try:
-            records = parse_junit(out / "junit.xml")
+            records = [_located(r, roots, checkout) for r in parse_junit(out / "junit.xml")]
         except JUnitError as exc:
             junit_problem = str(exc)
     counts = {k: sum(r.outcome == k for r in records) for k in ("passed", "failed", "skipped", "error")}
     conclusion, title, detail = _judge(result, counts, junit_problem)
+    current = ctx.store.get_job(job.id)
+    if conclusion == "cancelled" and current is not None and current.detail:
+        detail = current.detail  # why it was cancelled (a newer push, /cancel), set while it ran
     env_info = _read_json(out / "environment.json")
     meta = {"exit_code": result.exit_code, "duration_s": round(result.duration_s, 3), "runner": ctx.runner.name,
             "timed_out": result.timed_out, "oom": result.oom, "infra_error": result.infra_error,
@@ -193,6 +285,14 @@ def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult) -> None:
         passed=counts["passed"], failed=counts["failed"], skipped=counts["skipped"], errors=counts["error"],
         torch_version=str(env_info.get("torch_version", "")),
     )
+    return False
+
+
+def _located(record: TestRecord, roots: list[str], checkout: Path) -> TestRecord:
+    if record.outcome not in ("failed", "error"):
+        return record
+    where = locate_in_checkout(record.details, [r for r in roots if r], lambda rel: (checkout / rel).is_file())
+    return record if where is None else replace(record, repo_path=where[0], repo_line=where[1])
 
 
 def _judge(result: RunResult, counts: dict[str, int], junit_problem: str | None) -> tuple[str, str, str]:
@@ -222,29 +322,3 @@ def _read_json(path: Path) -> dict[str, object]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-# --- reporting --------------------------------------------------------------------------------------
-
-
-def report_job(ctx: WorkerContext, job_id: str) -> None:
-    with ctx.claims.report_lock(job_id):
-        job = ctx.store.get_job(job_id)
-        run = ctx.store.get_run(job.run_id) if job else None
-        if job is None or run is None or job.reported == "completed":
-            return  # a completed check run is never moved back
-        results = ctx.store.results_of(job.id, job.attempt) if job.state == "completed" else []
-        view = render_check_run(run, job, results, ctx.job_url(job.id))
-        if view.status == job.reported:
-            return
-        try:
-            if job.check_run_id is None:
-                check_run_id = ctx.github.create_check_run(run.installation_id, run.repo_full_name, view)
-                ctx.store.update_job(job.id, check_run_id=check_run_id, reported=view.status)
-            else:
-                ctx.github.update_check_run(run.installation_id, run.repo_full_name, job.check_run_id, view)
-                ctx.store.update_job(job.id, reported=view.status)
-        except GoneError as exc:
-            log.info("report_job %s: %s; not reporting further", job.id, exc)
-            ctx.store.update_job(job.id, reported="completed")
-

@@ -21,6 +21,7 @@ from sqlalchemy import (
     delete,
     event,
     select,
+    update,
 )
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError
@@ -29,6 +30,11 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sess
 
 def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+APPROVAL_SUITE = "approval"  # the one job of a run that waits for /ok-to-test
+APPROVAL_CHECK = "compile-ci: approval"
+RERUN_SEP = "#"
 
 
 class Base(DeclarativeBase):
@@ -50,6 +56,11 @@ class Run(Base):
     branch: Mapped[str] = mapped_column(String(300), default="")
     head_sha: Mapped[str] = mapped_column(String(40), index=True)
     sender: Mapped[str] = mapped_column(String(100), default="")
+    author: Mapped[str] = mapped_column(String(100), default="")
+    # trusted: runs at once | waiting: an untrusted author, nothing runs | approved: /ok-to-test for this sha
+    gate: Mapped[str] = mapped_column(String(20), default="trusted")
+    approved_by: Mapped[str] = mapped_column(String(100), default="")
+    cancelled_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     state: Mapped[str] = mapped_column(String(20), default="planning")  # planning | planned
     config_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
@@ -65,7 +76,14 @@ class Job(Base):
     device: Mapped[str] = mapped_column(String(10))
     timeout_s: Mapped[int] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
+    # Re-runs asked for (/rerun, the Re-run button): each one is reported as a new check run.
+    rerun: Mapped[int] = mapped_column(Integer, default=0)
     state: Mapped[str] = mapped_column(String(20), default="queued")  # queued | running | completed
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    infra_failures: Mapped[int] = mapped_column(Integer, default=0)
+    progress_done: Mapped[int] = mapped_column(Integer, default=0)
+    progress_total: Mapped[int] = mapped_column(Integer, default=0)
+    progress_current: Mapped[str] = mapped_column(Text, default="")
     conclusion: Mapped[str | None] = mapped_column(String(20), nullable=True)
     title: Mapped[str] = mapped_column(Text, default="")
     detail: Mapped[str] = mapped_column(Text, default="")
@@ -77,6 +95,8 @@ class Job(Base):
     runner: Mapped[str] = mapped_column(String(60), default="")
     check_run_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     reported: Mapped[str] = mapped_column(String(20), default="")  # last status sent to GitHub
+    reported_digest: Mapped[str] = mapped_column(String(64), default="")  # of the last output sent
+    annotations_sent: Mapped[int] = mapped_column(Integer, default=0)
     queued_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
@@ -89,7 +109,27 @@ class Job(Base):
 
     @property
     def check_name(self) -> str:
-        return f"{self.suite} ({self.device})"
+        return APPROVAL_CHECK if self.suite == APPROVAL_SUITE else f"{self.suite} ({self.device})"
+
+    @property
+    def external_id(self) -> str:
+        # The first check run of a job carries the job id; each re-run is a new check run, told apart by
+        # its number so a lookup by external_id finds this generation's run and never an older one.
+        return f"{self.id}{RERUN_SEP}{self.rerun}" if self.rerun else self.id
+
+
+def job_id_of_external(external_id: str) -> str:
+    return external_id.split(RERUN_SEP, 1)[0]
+
+
+class InstalledRepo(Base):
+    """Repositories the App was added to or removed from (installation and installation_repositories events)."""
+
+    __tablename__ = "installed_repos"
+    full_name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    installation_id: Mapped[int] = mapped_column(Integer)
+    installed: Mapped[bool] = mapped_column(default=True)
+    changed_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
 
 class TestResult(Base):
@@ -106,6 +146,9 @@ class TestResult(Base):
     file: Mapped[str] = mapped_column(Text, default="")
     line: Mapped[int | None] = mapped_column(Integer, nullable=True)
     metrics: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # Where the failure is in the repository's own code (from the traceback), for the check run annotation.
+    repo_path: Mapped[str] = mapped_column(Text, default="")
+    repo_line: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class Artifact(Base):
@@ -140,6 +183,8 @@ class NewRun:
     branch: str
     head_sha: str
     sender: str
+    author: str = ""
+    gate: str = "trusted"
 
     @property
     def run_id(self) -> str:
@@ -157,6 +202,8 @@ class TestRecord:
     file: str = ""
     line: int | None = None
     metrics: dict | None = None
+    repo_path: str = ""
+    repo_line: int | None = None
 
 
 class Store:
@@ -239,6 +286,77 @@ class Store:
             job.started_at = utcnow()
             job.finished_at = None
             return job
+
+    def runs_of_pr(self, repo_full_name: str, pr_number: int) -> list[Run]:
+        with self.session() as s:
+            query = select(Run).where(Run.repo_full_name == repo_full_name, Run.pr_number == pr_number)
+            return list(s.scalars(query.order_by(Run.created_at)))
+
+    def runs_at_sha(self, repo_full_name: str, head_sha: str) -> list[Run]:
+        with self.session() as s:
+            query = select(Run).where(Run.repo_full_name == repo_full_name, Run.head_sha == head_sha)
+            return list(s.scalars(query.order_by(Run.created_at)))
+
+    def jobs_in_state(self, *states: str) -> list[Job]:
+        with self.session() as s:
+            return list(s.scalars(select(Job).where(Job.state.in_(states))))
+
+    def cancel_job(self, job_id: str, reason: str) -> str | None:
+        """'cancelled' (it was queued), 'requested' (running: its runner stops it) or None (already done).
+
+        Conditional updates, not read-then-write: a worker may start the job between our read and our write.
+        """
+        done = {"state": "completed", "conclusion": "cancelled", "title": "Cancelled", "detail": reason,
+                "finished_at": utcnow()}
+        with self.session() as s:
+            if s.execute(update(Job).where(Job.id == job_id, Job.state == "queued").values(**done)).rowcount:
+                return "cancelled"
+            running = update(Job).where(Job.id == job_id, Job.state == "running", ~Job.cancel_requested)
+            if s.execute(running.values(cancel_requested=True, detail=reason)).rowcount:
+                return "requested"
+        return None
+
+    def reset_for_rerun(self, job_id: str) -> Job | None:
+        """A completed job becomes queued again as a new re-run (a new check run); None if it is not done."""
+        fresh = {"rerun": Job.rerun + 1, "state": "queued", "conclusion": None, "title": "", "detail": "",
+                 "passed": 0, "failed": 0, "skipped": 0, "errors": 0, "check_run_id": None, "reported": "",
+                 "reported_digest": "", "annotations_sent": 0, "cancel_requested": False, "infra_failures": 0,
+                 "progress_done": 0, "progress_total": 0, "progress_current": "", "queued_at": utcnow(),
+                 "started_at": None, "finished_at": None}
+        with self.session() as s:
+            if not s.execute(update(Job).where(Job.id == job_id, Job.state == "completed").values(**fresh)).rowcount:
+                return None
+            return s.get(Job, job_id, populate_existing=True)
+
+    def record_report(self, job_id: str, rerun: int, **fields: object) -> bool:
+        """Save what was sent to GitHub, unless the job was re-run meanwhile (that is another check run)."""
+        with self.session() as s:
+            return bool(s.execute(update(Job).where(Job.id == job_id, Job.rerun == rerun).values(**fields)).rowcount)
+
+    def approve_run(self, run_id: str, approver: str) -> bool:
+        """Waiting -> approved, once: two `/ok-to-test` at the same moment plan the run once."""
+        fields = {"gate": "approved", "approved_by": approver, "state": "planning"}
+        with self.session() as s:
+            return bool(s.execute(update(Run).where(Run.id == run_id, Run.gate == "waiting").values(**fields)).rowcount)
+
+    def set_installed(self, full_name: str, installation_id: int, installed: bool) -> None:
+        with self.session() as s:
+            row = s.get(InstalledRepo, full_name)
+            if row is None:
+                s.add(InstalledRepo(full_name=full_name, installation_id=installation_id, installed=installed))
+            else:
+                row.installation_id, row.installed, row.changed_at = installation_id, installed, utcnow()
+
+    def repos_of_installation(self, installation_id: int) -> list[str]:
+        with self.session() as s:
+            query = select(InstalledRepo.full_name).where(InstalledRepo.installation_id == installation_id)
+            return list(s.scalars(query))
+
+    def is_uninstalled(self, full_name: str) -> bool:
+        """True only for a removal we recorded: repositories installed before we kept records still run."""
+        with self.session() as s:
+            row = s.get(InstalledRepo, full_name)
+            return row is not None and not row.installed
 
     def replace_results(self, job_id: str, attempt: int, records: Iterable[TestRecord]) -> None:
         with self.session() as s:

@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+from typing import Any
 
 from celery import Celery, Task
 
 import suites
 from runners.checkout import Checkout, CheckoutError
 from runners.local import LocalRunner
-from service import pipeline
-from service.celery_app import PLAN_RUN, REPORT_JOB, RUN_JOB, CeleryQueue, create_celery
+from service import comment_commands, pipeline, reaper, reporting
+from service.celery_app import HANDLE_COMMENT, PLAN_RUN, REAP_JOBS, REPORT_JOB, RUN_JOB, CeleryQueue, create_celery
 from service.claims import Claims
 from service.config import Settings
-from service.github_api import GitHubApp, TransientGitHubError
+from service.github_api import GitHubApp, GoneError, TransientGitHubError
 from service.store import Store
 
+log = logging.getLogger(__name__)
 RETRY_KW = {"max_retries": 8, "retry_backoff": 2, "retry_backoff_max": 300, "retry_jitter": True}
 
 
@@ -56,9 +59,22 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
     @app.task(name=REPORT_JOB, bind=True, shared=False)
     def report_job(self: Task, job_id: str) -> None:
         try:
-            pipeline.report_job(ctx, job_id)
+            reporting.report_job(ctx, job_id)
         except TransientGitHubError as exc:
             _retry_later(self, exc)
+
+    @app.task(name=HANDLE_COMMENT, bind=True, shared=False)
+    def handle_comment(self: Task, request: dict[str, Any]) -> None:
+        try:
+            comment_commands.handle_comment(ctx, request)
+        except TransientGitHubError as exc:
+            _retry_later(self, exc)
+        except GoneError as exc:  # the pull request or repository went away meanwhile
+            log.info("handle_comment on %s#%s: %s", request.get("repo"), request.get("number"), exc)
+
+    @app.task(name=REAP_JOBS, bind=True, shared=False)
+    def reap_jobs(self: Task) -> None:
+        reaper.reap(ctx)
 
     app.conf.compile_ci_context = ctx
     return app

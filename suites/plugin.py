@@ -88,7 +88,36 @@ class ArtifactWriter:
             (directory / "repro.py").write_text(_repro(item))
 
 
+class ProgressWriter:
+    """`progress.json` (done, total, current) for the service's live check-run progress.
+
+    Written to a temporary name and renamed, so the worker polling it never reads half a file.
+    """
+
+    def __init__(self, output_dir: Path) -> None:
+        self.path = output_dir / "progress.json"
+        self.total = 0
+        self.done = 0
+
+    def _write(self, current: str) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"done": self.done, "total": self.total, "current": current}))
+        tmp.replace(self.path)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.total = len(session.items)
+        self._write("")
+
+    def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
+        self._write(nodeid)
+
+    def pytest_runtest_logfinish(self, nodeid: str, location: object) -> None:
+        self.done += 1
+        self._write("")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     output = os.environ.get(OUTPUT_ENV)
     if output and not config.pluginmanager.has_plugin("compile-ci-artifacts"):
         config.pluginmanager.register(ArtifactWriter(Path(output)), "compile-ci-artifacts")
+        config.pluginmanager.register(ProgressWriter(Path(output)), "compile-ci-progress")

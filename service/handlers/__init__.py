@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.handlers import pull_requests, pushes
+from service.handlers import check_runs, comments, installations, pull_requests, pushes
 from service.router import Router
 
-root_router = Router(pull_requests.router, pushes.router)
+root_router = Router(pull_requests.router, pushes.router, comments.router, check_runs.router, installations.router)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from service.store import NewRun, Run, Store
 
@@ -11,11 +11,19 @@ from service.store import NewRun, Run, Store
 class Queue(Protocol):
     def plan_run(self, run_id: str) -> None: ...
 
+    def run_job(self, job_id: str, device: str) -> None: ...
+
+    def report_job(self, job_id: str) -> None: ...
+
+    def handle_comment(self, request: dict[str, Any]) -> None: ...
+
 
 @dataclass(frozen=True)
 class HandlerDeps:
     store: Store
     queue: Queue
+    app_id: int = 0
+    devices: tuple[str, ...] = ("cpu", "cuda")
 
     def start_run(self, new: NewRun) -> Run:
         """Create the run once per (repo, PR or branch, sha) and hand it to the planner."""

@@ -87,3 +87,49 @@ def signed(secret: str, event: str, payload: dict[str, Any] | bytes, delivery_id
         "X-Hub-Signature-256": sign(secret, body),
     }
     return headers, body
+
+
+def issue_comment_event(
+    action: str, *, full_name: str, repo_id: int, clone_url: str, installation_id: int, number: int, body: str,
+    commenter: str, pr_author: str = "octocat", pr_association: str = "OWNER", comment_id: int = 1001,
+    commenter_type: str = "User", on_pull_request: bool = True,
+) -> dict[str, Any]:
+    """GitHub's `issue_comment` example on a pull request (GitHub adds `issue.pull_request` for PR comments)."""
+    name = "created.with-installation" if action == "created" else action
+    payload = fixture("issue_comment", name)
+    aim_repository(payload, full_name, repo_id, clone_url, installation_id)
+    payload["action"] = action
+    issue = payload["issue"]
+    issue.update(number=number, author_association=pr_association)
+    issue["user"]["login"] = pr_author
+    if on_pull_request:
+        base = f"https://github.com/{full_name}/pull/{number}"
+        issue["pull_request"] = {"url": f"https://api.github.com/repos/{full_name}/pulls/{number}",
+                                 "html_url": base, "diff_url": f"{base}.diff", "patch_url": f"{base}.patch",
+                                 "merged_at": None}
+    comment = payload["comment"]
+    comment.update(id=comment_id, body=body)
+    comment["user"].update(login=commenter, type=commenter_type)
+    payload["sender"]["login"] = commenter
+    return payload
+
+
+def check_run_event(action: str, *, full_name: str, repo_id: int, clone_url: str, installation_id: int,
+                    app_id: int, external_id: str, head_sha: str, identifier: str = "rerun") -> dict[str, Any]:
+    """`check_run` rerequested / requested_action, as GitHub sends them to the app that owns the check run."""
+    payload = fixture("check_run", action)
+    aim_repository(payload, full_name, repo_id, clone_url, installation_id)
+    payload["check_run"].update(external_id=external_id, head_sha=head_sha)
+    payload["check_run"]["app"]["id"] = app_id
+    if action == "requested_action":
+        payload["requested_action"] = {"identifier": identifier}
+    return payload
+
+
+def check_suite_event(*, full_name: str, repo_id: int, clone_url: str, installation_id: int, app_id: int,
+                      head_sha: str) -> dict[str, Any]:
+    payload = fixture("check_suite", "rerequested")
+    aim_repository(payload, full_name, repo_id, clone_url, installation_id)
+    payload["check_suite"].update(head_sha=head_sha, after=head_sha)
+    payload["check_suite"]["app"]["id"] = app_id
+    return payload

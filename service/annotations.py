@@ -1,0 +1,49 @@
+"""Where a failure happened (pure): the deepest traceback frame in the repository's own code, else the test."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+MAX_PER_REQUEST = 50  # GitHub: "a maximum of 50 per API request"; more go in later PATCHes, which append
+MAX_ANNOTATIONS = 250  # beyond this the summary and the job page say it better than 250 red markers
+_MESSAGE_LIMIT = 60_000  # GitHub: message "The maximum size is 64 KB"
+# pytest's long tracebacks name each frame as `path/to/file.py:LINE: ...` at the start of a line; Python's own
+# (inside a failure's text) as `File "path", line N`.
+_PYTEST_FRAME = re.compile(r"^(?P<path>[^\s:][^:\n]*\.py):(?P<line>\d+):", re.MULTILINE)
+_PYTHON_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+\.py)", line (?P<line>\d+)', re.MULTILINE)
+
+
+def locate_in_checkout(details: str, roots: Sequence[str], exists: Callable[[str], bool]) -> tuple[str, int] | None:
+    """(path relative to the repository, line) of the last frame inside the checkout, if any.
+
+    `roots` are the absolute paths the checkout had where the tests ran (the host path, and the container's
+    when a container runner mounts it elsewhere); `exists(rel)` tells a relative frame that names a file of
+    the repository from one in the suite or the standard library.
+    """
+    frames = sorted([*_PYTEST_FRAME.finditer(details), *_PYTHON_FRAME.finditer(details)], key=lambda m: m.start())
+    found = None
+    for match in frames:
+        rel = _relative(match["path"], roots, exists)
+        if rel is not None:
+            found = (rel, int(match["line"]))
+    return found
+
+
+def _relative(path: str, roots: Sequence[str], exists: Callable[[str], bool]) -> str | None:
+    if path.startswith("/"):
+        for root in roots:
+            prefix = root.rstrip("/") + "/"
+            if root and path.startswith(prefix):
+                return path[len(prefix):]
+        return None
+    clean = path.removeprefix("./")
+    return clean if not clean.startswith("..") and "site-packages" not in clean and exists(clean) else None
+
+
+def annotation(path: str, line: int | None, title: str, message: str, raw_details: str) -> dict[str, Any]:
+    line = line or 1
+    return {"path": path, "start_line": line, "end_line": line, "annotation_level": "failure",
+            "title": title[:255], "message": message[:_MESSAGE_LIMIT] or "failed",
+            "raw_details": raw_details[:_MESSAGE_LIMIT]}

@@ -1,0 +1,125 @@
+"""The webhook side of comments, check-run buttons and installations: parse and queue, never call GitHub."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from flask.testing import FlaskClient
+
+from service.app import create_app
+from service.celery_app import create_celery
+from service.config import Settings
+from service.github_emulator import GitHubEmulator
+from service.pipeline import plan_run
+from service.reaper import reap
+from service.sandbox.deliveries import fixture, issue_comment_event, pull_request_event, signed
+from service.store import Job, Store, utcnow
+from service.tasks import build_context
+
+REPO = {"full_name": "octo/zoo", "repo_id": 99, "clone_url": "https://github.com/octo/zoo.git", "installation_id": 7}
+
+
+@pytest.fixture
+def client(settings: Settings) -> FlaskClient:
+    return create_app(settings).test_client()
+
+
+def deliver(client: FlaskClient, event: str, payload: Any):
+    headers, body = signed("test-webhook-secret", event, payload)
+    return client.post("/webhook", data=body, headers=headers)
+
+
+def queued(settings: Settings, queue: str = "github") -> list[tuple[str, list[Any]]]:
+    messages = [json.loads(m) for m in redis.Redis.from_url(settings.redis_url).lrange(queue, 0, -1)]
+    return [(m["headers"]["task"], json.loads(base64.b64decode(m["body"]))[0]) for m in messages]
+
+
+def comment(body: str, **extra: Any) -> dict[str, Any]:
+    return issue_comment_event("created", number=5, body=body, commenter="maria", **{**REPO, **extra})
+
+
+@pytest.mark.parametrize(("payload", "message"), [
+    (comment("/rerun cuda", on_pull_request=False), "comment on an issue, not a pull request"),
+    (comment("/rerun", commenter_type="Bot"), "comment by a bot"),
+    (comment("> /rerun\nthanks!"), "no commands"),
+])
+def test_comments_that_do_nothing(client: FlaskClient, settings: Settings, emulator: GitHubEmulator,
+                                  payload: dict[str, Any], message: str) -> None:
+    response = deliver(client, "issue_comment", payload)
+    assert response.status_code == 202 and response.json["messages"] == [message]
+    assert queued(settings) == [] and emulator.requests == []
+
+
+def test_a_command_is_queued_for_the_github_worker(client: FlaskClient, settings: Settings,
+                                                   emulator: GitHubEmulator) -> None:
+    response = deliver(client, "issue_comment", comment("/ok-to-test\n/rerun cuda", comment_id=77))
+    assert response.status_code == 202
+    ((task, (request,)),) = queued(settings)
+    assert task == "compile_ci.handle_comment"
+    assert (request["comment_id"], request["commenter"], request["lines"]) == (77, "maria",
+                                                                                ["/ok-to-test", "/rerun cuda"])
+    assert emulator.requests == []  # the permission check happens in the worker
+
+
+@pytest.mark.parametrize("action", ["edited", "deleted"])
+def test_edited_and_deleted_comments_do_nothing(client: FlaskClient, settings: Settings, action: str) -> None:
+    payload = fixture("issue_comment", action)
+    payload["comment"]["body"] = "/rerun"
+    assert deliver(client, "issue_comment", payload).status_code == 204
+    assert queued(settings) == []
+
+
+def test_check_runs_of_other_apps_are_ignored(client: FlaskClient, settings: Settings) -> None:
+    payload = fixture("check_run", "rerequested")  # app.id 2, not ours
+    payload["installation"] = {"id": 7}
+    response = deliver(client, "check_run", payload)
+    assert response.json["messages"] == ["check run of another app"] and queued(settings) == []
+
+
+def test_untrusted_author_waits_and_removed_repositories_run_nothing(client: FlaskClient, settings: Settings,
+                                                                    tmp_path: Path) -> None:
+    outsider = pull_request_event("opened", number=6, head_sha="d" * 40, head_ref="f", base_sha="b" * 40,
+                                  author="eve", association="CONTRIBUTOR", **REPO)
+    response = deliver(client, "pull_request", outsider)
+    assert "(waiting for approval)" in response.json["messages"][0]
+    store = Store(settings.database_url)
+    (run,) = store.recent_runs()
+    assert (run.gate, run.author) == ("waiting", "eve")
+
+    removed = fixture("installation_repositories", "removed")
+    removed["repositories_removed"][0]["full_name"] = "octo/zoo"
+    assert deliver(client, "installation_repositories", removed).status_code == 202
+    assert store.is_uninstalled("octo/zoo")
+    ctx = build_context(settings, create_celery(settings), suites_dir=tmp_path)
+    redis.Redis.from_url(settings.redis_url).delete("github")
+    plan_run(ctx, run.id)  # dropped with a log line: no approval check run, nothing queued
+    assert store.jobs_of(run.id) == [] and queued(settings) == []
+
+
+def test_reaper_requeues_a_job_whose_worker_died_then_fails_it(settings: Settings, tmp_path: Path,
+                                                               client: FlaskClient) -> None:
+    deliver(client, "pull_request", pull_request_event("opened", number=8, head_sha="e" * 40, head_ref="f",
+                                                       base_sha="b" * 40, **REPO))
+    ctx = build_context(settings, create_celery(settings), suites_dir=tmp_path)
+    store = ctx.store
+    (run,) = store.recent_runs()
+    store.add_jobs_if_absent([Job(id=f"{run.id}-correctness-cpu", run_id=run.id, suite="correctness",
+                                  device="cpu", timeout_s=60, attempt=1, state="running", started_at=utcnow())])
+    job_id = f"{run.id}-correctness-cpu"
+    assert reap(ctx) == []  # within its time limit
+    later = utcnow() + timedelta(seconds=60 + settings.reaper_grace_seconds + 1)
+    assert reap(ctx, later) == [f"{job_id}: running past its time limit with no worker; re-queued"]
+    assert store.get_job(job_id).state == "queued"
+    assert ("compile_ci.run_job", [job_id]) in queued(settings, "cpu")
+    store.update_job(job_id, state="running", started_at=utcnow())
+    (line,) = reap(ctx, utcnow() + timedelta(seconds=60 + settings.reaper_grace_seconds + 1))
+    assert "completed as an infrastructure failure" in line
+    job = store.get_job(job_id)
+    assert (job.state, job.conclusion, job.title) == ("completed", "failure",
+                                                     "Infrastructure error — not a test failure")
