@@ -29,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--local-base", action="store_true",
                        help="no registry: debootstrap a Debian base from the host's apt mirror, pip offline")
     build.add_argument("--rebuild-base", action="store_true", help="rebuild the local base even if it exists")
+    build.add_argument("--if-changed", action="store_true",
+                       help="skip an image whose Dockerfile, sources and requirements are unchanged")
     check = sub.add_parser("check-config", help="validate a .compile-ci.toml the way the service will")
     check.add_argument("path", type=Path, nargs="?", default=Path(".compile-ci.toml"))
     args = parser.parse_args(argv)
@@ -50,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check-config":
         return _check_config(args.path)
     if args.command == "images":
-        return _build_images(args.names or ["cpu", "service"], args.local_base, args.rebuild_base)
+        return _build_images(args.names or ["cpu", "service"], args.local_base, args.rebuild_base,
+                             args.if_changed)
     return 2
 
 
@@ -63,7 +66,7 @@ def _validated_settings() -> None:
         sys.exit(str(exc))
 
 
-def _build_images(names: list[str], local_base: bool, rebuild_base: bool) -> int:
+def _build_images(names: list[str], local_base: bool, rebuild_base: bool, if_changed: bool) -> int:
     from runners.images import ImageBuildError, build_images, recipes
 
     table = recipes()
@@ -73,10 +76,12 @@ def _build_images(names: list[str], local_base: bool, rebuild_base: bool) -> int
               file=sys.stderr)
         return 2
     try:
-        timings = build_images(names, local_base, rebuild_base)
+        timings = build_images(names, local_base, rebuild_base, if_changed)
     except ImageBuildError as exc:
         print(f"compile-ci images build: {exc}", file=sys.stderr)
         return 1
+    if not timings:
+        print("compile-ci images build: every image is up to date")
     for name, seconds in timings.items():
         print(f"{table[name].tag if name in table else 'compile-ci/base:bookworm'}: built in {seconds:.0f} s")
     return 0

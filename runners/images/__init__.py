@@ -2,12 +2,13 @@
 
 The one owner of image building. Air-gapped hosts build a Debian bookworm base with debootstrap from the mirror
 the host's apt already uses (read from apt's configuration at run time, never stored in the repository), and
-pip inside the build installs only wheels the host's own pip downloaded into the build context beforehand
-(its configured indexes, find-links and CA bundle apply there), so the build needs no registry and no PyPI.
+pip inside the build installs only wheels downloaded into the build context beforehand with the host's pip
+settings (its configured indexes, find-links and CA bundle), so the build itself needs no registry and no PyPI.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -56,8 +57,12 @@ class ImageBuildError(RuntimeError):
     pass
 
 
-def build_images(names: list[str], local_base: bool, rebuild_base: bool = False) -> dict[str, float]:
-    """Build the named images; returns seconds per image (and for the base when it was built)."""
+SOURCE_LABEL = "org.compile-ci.source"  # hash of what went into an image: `--if-changed` skips an up-to-date one
+
+
+def build_images(names: list[str], local_base: bool, rebuild_base: bool = False,
+                 if_changed: bool = False) -> dict[str, float]:
+    """Build the named images; returns seconds per image built (and for the base when it was built)."""
     timings: dict[str, float] = {}
     base_args: dict[str, str] = {}
     if local_base:
@@ -69,9 +74,12 @@ def build_images(names: list[str], local_base: bool, rebuild_base: bool = False)
     table = recipes()
     for name in names:
         recipe = table[name]
+        digest = source_digest(recipe)
+        if if_changed and image_label(recipe.tag, SOURCE_LABEL) == digest:
+            continue
         started = time.monotonic()
-        with build_context(recipe, download_wheels=local_base) as context:
-            _docker_build(recipe, context, base_args)
+        with build_context(recipe, LOCAL_BASE if local_base else None) as context:
+            _docker_build(recipe, context, base_args, {SOURCE_LABEL: digest})
         timings[name] = time.monotonic() - started
     return timings
 
@@ -80,8 +88,27 @@ def image_exists(tag: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
 
 
+def image_label(tag: str, label: str) -> str | None:
+    done = subprocess.run(["docker", "image", "inspect", "--format", f"{{{{ index .Config.Labels {label!r} }}}}",
+                           tag], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def source_digest(recipe: ImageRecipe) -> str:
+    """What the image is made of: its Dockerfile, its sources and its requirements."""
+    digest = hashlib.sha256("\n".join(recipe.requirements).encode())
+    files = [recipe.dockerfile]
+    for source in recipe.sources:
+        src = REPO_ROOT / source
+        files.extend(sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+                     if src.is_dir() else [src])
+    for path in files:
+        digest.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 @contextmanager
-def build_context(recipe: ImageRecipe, download_wheels: bool) -> Iterator[Path]:
+def build_context(recipe: ImageRecipe, offline_base: str | None) -> Iterator[Path]:
     """A throwaway context: the Dockerfile, the sources, and `wheels/` (empty unless downloaded for offline pip)."""
     with tempfile.TemporaryDirectory(prefix=f"compile-ci-{recipe.name}-") as tmp:
         context = Path(tmp)
@@ -93,22 +120,57 @@ def build_context(recipe: ImageRecipe, download_wheels: bool) -> Iterator[Path]:
             else:
                 shutil.copy(src, context / source)
         (context / "wheels").mkdir()
-        if download_wheels:
-            download(recipe.requirements, context / "wheels")
+        if offline_base is not None:
+            download(recipe.requirements, context / "wheels", offline_base)
         yield context
 
 
-def download(requirements: tuple[str, ...], dest: Path) -> None:
-    """The host's pip (its indexes, find-links and CA bundle) fetches every wheel the build will install."""
-    command = [sys.executable, "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--python-version", "3.11",
-               "--platform", "manylinux_2_28_x86_64", "--dest", str(dest), *requirements]
-    _run(command, "pip download")
+def download(requirements: tuple[str, ...], dest: Path, base: str) -> None:
+    """pip in the base image, with the host's pip settings, fetches every wheel the offline build will install.
+
+    Run in the base rather than on the host so that environment markers (e.g. `python_full_version < "3.11.3"`)
+    are judged by the interpreter the image will have. Local find-links, file:// indexes and the CA bundle are
+    mounted read-only at the same paths, so the host's configuration applies unchanged.
+    """
+    env, paths = host_pip_settings()
+    mounts = [arg for path in paths for arg in ("-v", f"{path}:{path}:ro")]
+    envs = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
+    _run(["docker", "run", "--rm", "--network", "host", "--user", f"{os.getuid()}:{os.getgid()}",
+          "-e", "HOME=/tmp", *envs, *mounts, "-v", f"{dest}:/wheels", base,
+          "python", "-m", "pip", "download", "--quiet", "--only-binary=:all:", "--dest", "/wheels", *requirements],
+         "pip download")
 
 
-def _docker_build(recipe: ImageRecipe, context: Path, build_args: dict[str, str]) -> None:
+PIP_KEYS = {"index-url": "PIP_INDEX_URL", "extra-index-url": "PIP_EXTRA_INDEX_URL", "find-links": "PIP_FIND_LINKS",
+            "cert": "PIP_CERT", "trusted-host": "PIP_TRUSTED_HOST"}
+
+
+def host_pip_settings() -> tuple[dict[str, str], list[str]]:
+    """(PIP_* variables, local paths they name) from the host's pip configuration and environment."""
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    env: dict[str, str] = {}
+    for line in listed.splitlines():
+        match = re.match(r"^[^.]+\.([a-z-]+)='(.*)'$", line.strip())
+        if match and match.group(1) in PIP_KEYS:
+            env[PIP_KEYS[match.group(1)]] = match.group(2)
+    env.update({key: os.environ[key] for key in PIP_KEYS.values() if key in os.environ})
+    paths: list[str] = []
+    for value in env.values():
+        for item in value.split():
+            path = item.removeprefix("file://").rstrip("/")
+            # An index's pages link to files beside it (e.g. <root>/simple -> <root>/files): mount the root.
+            path = str(Path(path).parent) if item.startswith("file://") and path.endswith("/simple") else path
+            if path.startswith("/") and os.path.exists(path) and path not in paths:
+                paths.append(path)
+    return env, paths
+
+
+def _docker_build(recipe: ImageRecipe, context: Path, build_args: dict[str, str], labels: dict[str, str]) -> None:
     args = [arg for key, value in build_args.items() for arg in ("--build-arg", f"{key}={value}")]
+    args += [arg for key, value in labels.items() for arg in ("--label", f"{key}={value}")]
     # Only the legacy builder exists on some hosts; it also builds without any registry access.
     env = {**os.environ, "DOCKER_BUILDKIT": "0"}
+    # Host network for apt inside the build: the host's mirror is reachable from it, whatever the bridge can reach.
     _run(["docker", "build", "--quiet", "--network", "host", "-t", recipe.tag, *args, str(context)],
          f"docker build {recipe.tag}", env=env)
 
