@@ -227,12 +227,17 @@ def _make_writable(path: Path) -> None:
 
 
 def _pump_logs(container: Any, log: Any) -> None:
+    stream = None
     try:
-        for chunk in container.logs(stream=True, follow=True, stdout=True, stderr=True):
+        stream = container.logs(stream=True, follow=True, stdout=True, stderr=True)
+        for chunk in stream:
             log.write(chunk)
             log.flush()
     except (docker.errors.DockerException, requests.exceptions.RequestException):
         pass  # the container went away mid-stream (killed and removed): the log ends there
+    finally:
+        if stream is not None:
+            stream.close()
 
 
 def _wait(container: Any, timeout_s: float, should_cancel: ShouldCancel | None) -> _Outcome:
