@@ -89,7 +89,7 @@ def image_exists(tag: str) -> bool:
 
 
 def image_label(tag: str, label: str) -> str | None:
-    done = subprocess.run(["docker", "image", "inspect", "--format", f"{{{{ index .Config.Labels {label!r} }}}}",
+    done = subprocess.run(["docker", "image", "inspect", "--format", f"{{{{ index .Config.Labels \"{label}\" }}}}",
                            tag], capture_output=True, text=True)
     return done.stdout.strip() if done.returncode == 0 else None
 
