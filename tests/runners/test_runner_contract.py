@@ -192,3 +192,17 @@ def test_no_container_is_left_behind(docker_runner: Runner, tmp_path: Path, outc
     else:
         assert docker_runner.run(spec).exit_code == {"success": 0, "failure": 1}[outcome]
     assert job_containers(docker_runner.client) == []  # type: ignore[attr-defined]
+
+
+def test_inductor_compiles_and_loads_cpp_inside_the_job(isolating_runner: Runner, tmp_path: Path) -> None:
+    # The whole toolchain under the hardening: g++ with Python.h, objects written and dlopen()ed from /tmp.
+    code = """
+        import torch
+        compiled = torch.compile(lambda x: (x.sin() + 1).sum())
+        x = torch.randn(64)
+        assert torch.allclose(compiled(x), (x.sin() + 1).sum())
+        print("compiled ok")
+    """
+    result = isolating_runner.run(spec_for(isolating_runner, tmp_path, code, timeout_s=300))
+    assert result.exit_code == 0, log_of(tmp_path)[-3000:]
+    assert "compiled ok" in log_of(tmp_path)
