@@ -26,7 +26,7 @@ WRAPPER = (
     "import json, subprocess, sys, time\n"
     "started = time.monotonic()\n"
     "code = subprocess.call(sys.argv[1:])\n"
-    "json.dump({'bare_s': time.monotonic() - started}, open('/work/out/bare.json', 'w'))\n"
+    "json.dump({'bare_s': time.monotonic() - started}, open('/job/out/bare.json', 'w'))\n"
     "sys.exit(code)\n"
 )
 

@@ -21,8 +21,8 @@ from runners.protocol import RunResult, RunSpec, ShouldCancel
 DEFAULT_IMAGES = {"cpu": "compile-ci/runner-cpu:latest", "cuda": "compile-ci/runner-cuda:latest"}
 LABEL = "org.compile-ci.job"  # every job container carries it: leftovers are found by it
 RUNNER_UID = 10001  # the image's unprivileged `runner` user
-CHECKOUT_MOUNT = "/work/checkout"
-OUTPUT_MOUNT = "/work/out"
+CHECKOUT_MOUNT = "/job/checkout"
+OUTPUT_MOUNT = "/job/out"
 # Inductor keeps part of its state (precompiled headers, the new-style caches) under
 # /tmp/torchinductor_<user> whatever TORCHINDUCTOR_CACHE_DIR says, so the persistent cache is mounted exactly
 # there and the cache variables point inside it.

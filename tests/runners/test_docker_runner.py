@@ -25,12 +25,12 @@ def pipeline_like_spec(tmp_path: Path, device: str = "cpu") -> RunSpec:
 
 def test_worker_paths_become_mount_points(tmp_path: Path) -> None:
     config = container_config(pipeline_like_spec(tmp_path), "img")
-    assert config["command"] == ["python", "-m", "pytest", "--junitxml=/work/out/junit.xml",
+    assert config["command"] == ["python", "-m", "pytest", "--junitxml=/job/out/junit.xml",
                                  f"{IMAGE_SUITES}/correctness"]
-    assert config["environment"]["COMPILE_CI_CHECKOUT"] == "/work/checkout"
+    assert config["environment"]["COMPILE_CI_CHECKOUT"] == "/job/checkout"
     assert config["environment"]["TORCHINDUCTOR_CACHE_DIR"] == f"{CACHE_MOUNT}/inductor"
     mounts = {m["Target"]: (m["Source"], m["ReadOnly"]) for m in config["mounts"]}
-    assert mounts == {"/work/checkout": (str(tmp_path / "src"), True), "/work/out": (str(tmp_path / "out"), False),
+    assert mounts == {"/job/checkout": (str(tmp_path / "src"), True), "/job/out": (str(tmp_path / "out"), False),
                       CACHE_MOUNT: (str(tmp_path / "cache"), False)}
     assert "/var/run/docker.sock" not in str(config)
 

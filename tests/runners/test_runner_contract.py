@@ -141,7 +141,7 @@ def test_the_job_has_no_network(isolating_runner: Runner, tmp_path: Path) -> Non
 def test_root_filesystem_is_read_only_and_tmp_is_executable(isolating_runner: Runner, tmp_path: Path) -> None:
     code = """
         import os, stat, subprocess
-        for path in ("/etc/compile-ci-was-here", "/opt/venv/evil.py", "/work/checkout/evil.py"):
+        for path in ("/etc/compile-ci-was-here", "/opt/venv/evil.py", "/job/checkout/evil.py"):
             try:
                 open(path, "w")
             except OSError as exc:
