@@ -53,7 +53,7 @@ class Checkout:
         if proc.returncode != 0:
             raise CheckoutError(f"git archive {sha} failed: {proc.stderr.decode(errors='replace').strip()}")
         with tarfile.open(archive) as tar:
-            tar.extractall(dest, filter="data")
+            _extract_safely(tar, dest)
         archive.unlink()
         return dest
 
@@ -82,3 +82,20 @@ def _git(args: list[str], *, token: str | None, url: str = "") -> None:
         if token:
             message = message.replace(token, "***")
         raise CheckoutError(f"git {args[-3] if len(args) > 2 else args[0]} failed: {message}")
+
+
+def _extract_safely(tar: tarfile.TarFile, dest: Path) -> None:
+    """tarfile's "data" filter where this Python has it (3.11.4+); Debian 12's 3.11.2 (the runner and service
+    images' base) has not, so there every member must stay inside `dest` and no link may point out of it."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+        return
+    root = dest.resolve()
+    for member in tar.getmembers():
+        target = (root / member.name).resolve()
+        link = (target.parent / member.linkname).resolve() if member.issym() else root / member.linkname
+        if not (target.is_relative_to(root) and (not (member.issym() or member.islnk()) or link.is_relative_to(root))):
+            raise CheckoutError(f"refusing archive member {member.name!r}: it points outside the checkout")
+        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+            raise CheckoutError(f"refusing archive member {member.name!r}: not a file, directory or link")
+    tar.extractall(dest)  # noqa: S202 - every member was checked above

@@ -6,7 +6,9 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 from runners.protocol import RunResult, RunSpec, ShouldCancel
 
@@ -18,6 +20,12 @@ KILL_GRACE_S = 5.0
 
 class LocalRunner:
     name = "local"
+
+    def __init__(self, python: str = "") -> None:
+        self.python = python or sys.executable
+
+    def cache_key(self, device: str) -> str:
+        return f"local-{Path(self.python).name}"
 
     def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult:
         spec.output_dir.mkdir(parents=True, exist_ok=True)

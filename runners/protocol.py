@@ -20,6 +20,10 @@ class RunSpec:
     memory_mb: int = 8192
     cpus: float = 2.0
     pids: int = 4096
+    # Compile caches that outlive the job (inductor, triton); container runners mount it.
+    cache_dir: Path | None = None
+    # The built-in suites the command names; container runners use the copy installed in their image.
+    suites_dir: Path | None = None
 
     @property
     def log_path(self) -> Path:
@@ -41,6 +45,13 @@ ShouldCancel = Callable[[], bool]
 
 
 class Runner(Protocol):
+    """Commands and environments in a RunSpec use the worker's paths; a container runner maps them to its mounts."""
+
     name: str
+    python: str  # the interpreter a job's command starts, as the job sees it
+
+    def cache_key(self, device: str) -> str:
+        """Names the compile cache directory: caches are only valid for one interpreter/torch build."""
+        ...
 
     def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult: ...

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-APT_PACKAGES=(redis-server git python3-venv)
+APT_PACKAGES=(redis-server git python3-venv docker.io debootstrap)
 TORCH_PIN="torch==2.13.0"   # never unpinned: an unpinned torch pulls GBs of CUDA wheels
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -31,4 +31,17 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
   .venv/bin/python -c "import torch, service, celery, github; assert torch.__version__.startswith('2.13.0')"
   echo "$want" > "$stamp"
+fi
+
+# A Docker engine for the DockerRunner (no systemd here: start dockerd ourselves when none answers), then the
+# CPU runner image the tests and the sandbox use, built on a local Debian base (no registry needed) and
+# rebuilt only when its Dockerfile, the suites or its requirements changed.
+if ! docker info >/dev/null 2>&1; then
+  echo "setup: starting dockerd"
+  as_root sh -c 'nohup dockerd >/var/log/compile-ci-dockerd.log 2>&1 &'
+  for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
+  docker info >/dev/null 2>&1 || { echo "setup: dockerd did not start (see /var/log/compile-ci-dockerd.log)" >&2; exit 1; }
+fi
+if [ "${COMPILE_CI_SKIP_IMAGES:-0}" != 1 ]; then
+  as_root .venv/bin/compile-ci images build cpu --local-base --if-changed | sed 's/^/setup: /'
 fi

@@ -1,4 +1,4 @@
-"""The `compile-ci` command: sandbox, web, worker, emulator and config checks."""
+"""The `compile-ci` command: sandbox, web, worker, emulator, config checks and image builds."""
 
 from __future__ import annotations
 
@@ -24,6 +24,15 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--concurrency", type=int, default=1)
     worker.add_argument("--beat", action="store_true", help="also run the reaper's schedule (one such worker only)")
     sub.add_parser("beat", help="send the periodic reaper task (run exactly one per deployment)")
+    images = sub.add_parser("images", help="build the runner and service images")
+    images_sub = images.add_subparsers(dest="images_command", required=True)
+    build = images_sub.add_parser("build", help="build images (default: the cpu runner and the service)")
+    build.add_argument("names", nargs="*", metavar="IMAGE", help="cpu, cuda, service")
+    build.add_argument("--local-base", action="store_true",
+                       help="no registry: debootstrap a Debian base from the host's apt mirror, pip offline")
+    build.add_argument("--rebuild-base", action="store_true", help="rebuild the local base even if it exists")
+    build.add_argument("--if-changed", action="store_true",
+                       help="skip an image whose Dockerfile, sources and requirements are unchanged")
     check = sub.add_parser("check-config", help="validate a .compile-ci.toml the way the service will")
     check.add_argument("path", type=Path, nargs="?", default=Path(".compile-ci.toml"))
     args = parser.parse_args(argv)
@@ -49,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
                                    "INFO"])
     if args.command == "check-config":
         return _check_config(args.path)
+    if args.command == "images":
+        return _build_images(args.names or ["cpu", "service"], args.local_base, args.rebuild_base,
+                             args.if_changed)
     return 2
 
 
@@ -59,6 +71,27 @@ def _validated_settings() -> None:
         Settings.from_env()
     except ConfigError as exc:
         sys.exit(str(exc))
+
+
+def _build_images(names: list[str], local_base: bool, rebuild_base: bool, if_changed: bool) -> int:
+    from runners.images import ImageBuildError, build_images, recipes
+
+    table = recipes()
+    unknown = sorted(set(names) - set(table))
+    if unknown:
+        print(f"compile-ci images build: unknown image {', '.join(unknown)} (expected {', '.join(table)})",
+              file=sys.stderr)
+        return 2
+    try:
+        timings = build_images(names, local_base, rebuild_base, if_changed)
+    except ImageBuildError as exc:
+        print(f"compile-ci images build: {exc}", file=sys.stderr)
+        return 1
+    if not timings:
+        print("compile-ci images build: every image is up to date")
+    for name, seconds in timings.items():
+        print(f"{table[name].tag if name in table else 'compile-ci/base:bookworm'}: built in {seconds:.0f} s")
+    return 0
 
 
 def _check_config(path: Path) -> int:

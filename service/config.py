@@ -10,6 +10,7 @@ from urllib.parse import urlparse
 
 PREFIX = "COMPILE_CI_"
 DEVICES = ("cpu", "cuda")
+RUNNERS = ("auto", "docker", "local")
 
 
 class Secret:
@@ -65,7 +66,11 @@ class Settings:
     clone_url_template: str = ""
     # Devices this deployment has runners for; jobs for others complete as skipped.
     devices: tuple[str, ...] = DEVICES
+    # auto: the DockerRunner wherever a Docker engine answers, else LocalRunner (trusted hosts only).
+    runner: str = "auto"
     runner_python: str = ""
+    runner_image_cpu: str = "compile-ci/runner-cpu:latest"
+    runner_image_cuda: str = "compile-ci/runner-cuda:latest"
     max_job_minutes: int = 60
     delivery_ttl_seconds: int = 7 * 24 * 3600
     # Live progress of a running job is PATCHed at most this often (GitHub's secondary rate limits).
@@ -159,6 +164,9 @@ def _build(env: Mapping[str, str]) -> Settings:
     unknown = [d for d in devices if d not in DEVICES]
     if unknown or not devices:
         problems.append(f"COMPILE_CI_DEVICES must list devices among {', '.join(DEVICES)}, got {devices}")
+    runner = _get(env, "RUNNER", "auto").lower()
+    if runner not in RUNNERS:
+        problems.append(f"COMPILE_CI_RUNNER must be one of {', '.join(RUNNERS)}, got {runner!r}")
     template = _get(env, "CLONE_URL_TEMPLATE")
     if template and "{full_name}" not in template:
         problems.append("COMPILE_CI_CLONE_URL_TEMPLATE must contain {full_name}")
@@ -175,7 +183,10 @@ def _build(env: Mapping[str, str]) -> Settings:
         public_url=_url(env, "PUBLIC_URL", "http://127.0.0.1:8000", ("http", "https"), problems),
         clone_url_template=template,
         devices=devices,
+        runner=runner,
         runner_python=_get(env, "RUNNER_PYTHON"),
+        runner_image_cpu=_get(env, "RUNNER_IMAGE_CPU", "compile-ci/runner-cpu:latest"),
+        runner_image_cuda=_get(env, "RUNNER_IMAGE_CUDA", "compile-ci/runner-cuda:latest"),
         max_job_minutes=_int(env, "MAX_JOB_MINUTES", 60, problems),
         delivery_ttl_seconds=_int(env, "DELIVERY_TTL_SECONDS", 7 * 24 * 3600, problems),
         progress_interval_seconds=_int(env, "PROGRESS_INTERVAL_SECONDS", 10, problems),

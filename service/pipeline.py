@@ -7,7 +7,6 @@ import logging
 import os
 import shutil
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -233,14 +232,14 @@ def _execute(ctx: WorkerContext, job: Job, owner: str) -> bool:
 
 
 def _spec(ctx: WorkerContext, job: Job, config: RepoConfig, checkout: Path, out: Path) -> RunSpec:
-    python = ctx.settings.runner_python or sys.executable
-    pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
+    # Worker paths throughout: LocalRunner uses them as they are, DockerRunner maps them to its mounts.
+    pytest = [ctx.runner.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
               "-o", "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}"]
     if job.suite == "repo":
         command = [*pytest, "--rootdir", str(checkout), *(str(checkout / p) for p in config.repo_tests)]
     else:
         command = [*pytest, str(ctx.suites_dir / job.suite)]
-    cache = ctx.settings.data_dir / "cache" / f"{ctx.runner.name}-{Path(python).name}"
+    cache = ctx.settings.data_dir / "cache" / ctx.runner.cache_key(job.device)
     env = {
         "COMPILE_CI_DEVICE": job.device,
         "COMPILE_CI_CHECKOUT": str(checkout),
@@ -251,7 +250,8 @@ def _spec(ctx: WorkerContext, job: Job, config: RepoConfig, checkout: Path, out:
         "TRITON_CACHE_DIR": str(cache / "triton"),
     }
     return RunSpec(job_id=job.id, command=tuple(command), checkout_dir=checkout, output_dir=out,
-                   timeout_s=job.timeout_s, device=job.device, env=env)
+                   timeout_s=job.timeout_s, device=job.device, env=env, cache_dir=cache,
+                   suites_dir=ctx.suites_dir)
 
 
 def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: list[str], checkout: Path) -> bool:

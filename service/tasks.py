@@ -11,6 +11,7 @@ from celery import Celery, Task
 import suites
 from runners.checkout import Checkout, CheckoutError
 from runners.local import LocalRunner
+from runners.protocol import Runner
 from service import comment_commands, pipeline, reaper, reporting
 from service.celery_app import HANDLE_COMMENT, PLAN_RUN, REAP_JOBS, REPORT_JOB, RUN_JOB, CeleryQueue, create_celery
 from service.claims import Claims
@@ -29,10 +30,25 @@ def build_context(settings: Settings, app: Celery, suites_dir: Path | None = Non
         claims=Claims(settings.redis_url, settings.delivery_ttl_seconds),
         github=GitHubApp(settings),
         queue=CeleryQueue(app),
-        runner=LocalRunner(),
+        runner=select_runner(settings),
         checkout=Checkout(settings.data_dir / "mirrors"),
         suites_dir=suites_dir or Path(suites.__file__).parent,
     )
+
+
+def select_runner(settings: Settings) -> Runner:
+    """COMPILE_CI_RUNNER: docker, local, or auto (docker wherever a Docker engine answers)."""
+    if settings.runner == "local":
+        return LocalRunner(settings.runner_python)
+    # Imported here: a worker that never uses Docker needs neither the SDK nor an engine.
+    from runners.docker_runner import DockerRunner
+
+    docker_runner = DockerRunner({"cpu": settings.runner_image_cpu, "cuda": settings.runner_image_cuda})
+    if settings.runner == "docker" or docker_runner.engine_answers():
+        docker_runner.sweep_leftovers_quietly()
+        return docker_runner
+    log.warning("COMPILE_CI_RUNNER=auto: no Docker engine answers; jobs run with LocalRunner on this host")
+    return LocalRunner(settings.runner_python)
 
 
 def _retry_later(task: Task, exc: TransientGitHubError) -> None:

@@ -1,0 +1,91 @@
+"""DockerRunner overhead on the correctness suite: job wall time vs bare pytest in the same container, a rerun
+with the persistent compile cache, and the time from `run()` to the container running.
+
+"Bare" is pytest's own wall time measured inside the job's container by a thin wrapper around the same command,
+so the ratio isolates what the runner adds (create, start, log streaming, inspect, removal). Run on an idle host:
+`python bench/job_overhead.py [--runs 2]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from datetime import datetime
+from pathlib import Path
+
+from runners.docker_runner import DockerRunner, container_name
+from runners.protocol import RunSpec
+
+ROOT = Path(__file__).resolve().parent.parent
+WRAPPER = (
+    "import json, subprocess, sys, time\n"
+    "started = time.monotonic()\n"
+    "code = subprocess.call(sys.argv[1:])\n"
+    "json.dump({'bare_s': time.monotonic() - started}, open('/job/out/bare.json', 'w'))\n"
+    "sys.exit(code)\n"
+)
+
+
+def job_spec(work: Path, cache: Path, attempt: int) -> RunSpec:
+    checkout, out = work / "checkout", work / f"out-{attempt}"
+    checkout.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True)
+    suites = ROOT / "suites"
+    pytest = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin", "-o",
+              "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}", str(suites / "correctness")]
+    env = {"COMPILE_CI_DEVICE": "cpu", "COMPILE_CI_CHECKOUT": str(checkout), "COMPILE_CI_TARGETS": "{}",
+           "COMPILE_CI_OUTPUT_DIR": str(out), "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
+           "TRITON_CACHE_DIR": f"{cache}/triton"}
+    return RunSpec(job_id="bench-overhead", command=("python", "-c", WRAPPER, *pytest), checkout_dir=checkout,
+                   output_dir=out, timeout_s=1800, env=env, cache_dir=cache, suites_dir=suites)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=2, help="the first is cold, the others reuse the cache")
+    args = parser.parse_args()
+    runner = DockerRunner()
+    work = Path(tempfile.mkdtemp(prefix="compile-ci-bench-docker-"))
+    cache = work / "cache"
+    rows = []
+    try:
+        for attempt in range(args.runs):
+            spec = job_spec(work, cache, attempt)
+            started_wall = time.time()
+            seen: dict[str, float] = {}
+
+            def probe(spec: RunSpec = spec, seen: dict[str, float] = seen) -> bool:
+                # The first poll comes ~1 s in; StartedAt is the engine's own record of when the job started.
+                if "running_at" not in seen:
+                    state = runner.client.containers.get(container_name(spec.job_id)).attrs["State"]
+                    seen["running_at"] = _parse(state["StartedAt"])
+                return False
+
+            result = runner.run(replace(spec), probe)
+            bare = json.loads((spec.output_dir / "bare.json").read_text())["bare_s"]
+            rows.append({"run": attempt + 1, "exit": result.exit_code, "job_s": result.duration_s, "bare_s": bare,
+                         "start_s": seen.get("running_at", float("nan")) - started_wall})
+            print(f"run {attempt + 1}: exit {result.exit_code}, job {result.duration_s:.1f} s, bare pytest "
+                  f"{bare:.1f} s, job/bare {result.duration_s / bare:.3f}, run() -> running "
+                  f"{rows[-1]['start_s']:.2f} s", flush=True)
+    finally:
+        runner.close()
+        shutil.rmtree(work, ignore_errors=True)
+    if len(rows) > 1:
+        print(f"rerun/first (job wall): {rows[1]['job_s'] / rows[0]['job_s']:.2f}")
+    return 0 if all(r["exit"] == 0 for r in rows) else 1
+
+
+def _parse(stamp: str) -> float:
+    """Docker's RFC 3339 time with nanoseconds -> epoch seconds."""
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    return datetime.fromisoformat(head + "+00:00").timestamp() + float("0." + (frac or "0"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Docker fixtures for the runner tests: a real engine and the CPU runner image, or a skip when no engine answers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from runners.docker_runner import DEFAULT_IMAGES, LABEL, DockerRunner
+
+BUILD_HINT = "compile-ci images build cpu --local-base (scripts/setup.sh does it when dockerd runs)"
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[object]:
+    """A real Docker engine. Without one the Docker variants skip; CI starts dockerd, so there they run."""
+    import docker
+
+    try:
+        client = docker.DockerClient.from_env(version="auto", timeout=30)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.skip(f"no Docker engine answers: {exc}")
+    try:
+        client.images.get(DEFAULT_IMAGES["cpu"])
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"the runner image {DEFAULT_IMAGES['cpu']} is missing: {BUILD_HINT}")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def docker_runner(docker_client: object) -> Iterator[DockerRunner]:
+    runner = DockerRunner()
+    yield runner
+    runner.sweep_leftovers()
+    runner.close()
+
+
+def job_containers(client: object) -> list[str]:
+    """Names of every job container, running or not."""
+    return [c.name for c in client.containers.list(all=True, filters={"label": LABEL})]  # type: ignore[attr-defined]
