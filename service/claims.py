@@ -42,3 +42,7 @@ class Claims:
     def report_lock(self, job_id: str) -> AbstractContextManager[object]:
         # One report of a job at a time, so a slow in_progress PATCH can never land after completed.
         return self._redis.lock(f"compile-ci:report-lock:{job_id}", timeout=120, blocking_timeout=60)
+
+    def queue_depths(self, queues: tuple[str, ...]) -> dict[str, int]:
+        """Messages waiting per Celery queue (kombu's Redis transport keeps each queue as a list of its name)."""
+        return {name: int(self._redis.llen(name)) for name in queues}
