@@ -8,7 +8,7 @@ from datetime import datetime
 from sqlalchemy import and_, exists, false, func, not_, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
-from service.store import Job, Run, Store, TestResult
+from service.store import Artifact, Job, Run, Store, TestResult
 
 PAGE_SIZE = 50
 FAILED_CONCLUSIONS = ("failure", "timed_out", "cancelled", "action_required", "startup_failure")
@@ -115,3 +115,33 @@ def history_of_test(store: Store, run: Run, job: Job, nodeid: str, limit: int = 
         points = [HistoryPoint(j.id, j.attempt, r.id, r.head_sha, r.created_at, t.outcome, t.duration_s)
                   for t, j, r in s.execute(query)]
     return points[::-1]
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    nodeid: str
+    outcome: str
+    duration_s: float
+    message: str
+    details: str
+    metrics: dict | None
+
+
+def results_of(store: Store, job_id: str, attempt: int) -> list[ResultRow]:
+    """Plain rows, not ORM objects: a job may have thousands of tests and the job page shows them all."""
+    columns = (TestResult.nodeid, TestResult.outcome, TestResult.duration_s, TestResult.message,
+               TestResult.details, TestResult.metrics)
+    with store.session() as s:
+        rows = s.execute(select(*columns).where(TestResult.job_id == job_id, TestResult.attempt == attempt)
+                         .order_by(TestResult.id))
+        return [ResultRow(*row) for row in rows]
+
+
+def artifact_files(store: Store, job_id: str, attempt: int, per_test: bool = True) -> list[tuple[str, int]]:
+    """(path, size) of the attempt's files; without `per_test`, only those outside tests/ (a job page needs
+    those, and a job of thousands of tests has several files per test)."""
+    query = select(Artifact.path, Artifact.size).where(Artifact.job_id == job_id, Artifact.attempt == attempt)
+    if not per_test:
+        query = query.where(Artifact.path.not_like("tests/%"))
+    with store.session() as s:
+        return [(path, size) for path, size in s.execute(query.order_by(Artifact.path))]
