@@ -17,7 +17,7 @@ from service.store import Job, Run
 from suites.naming import sanitise_nodeid
 
 blueprint = Blueprint("testcase", __name__)
-CODE_INLINE_LIMIT = 256 * 1024
+CODE_INLINE_LIMIT = 128 * 1024  # highlighted HTML is ~10x the source
 
 
 def _code_files(directory: Path) -> list[Path]:
