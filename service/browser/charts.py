@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-WIDTH, HEIGHT, PAD = 560, 160, 36
+WIDTH, HEIGHT, PAD = 520, 200, 36
 SERIES_COLOURS = ("#0969da", "#bf3989")
 
 
