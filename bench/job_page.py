@@ -78,7 +78,7 @@ def main() -> None:
     print(f"  first request (cold log index) {figures['job_page_first_ms']:8.1f} ms")
     print(f"  p50 / p95                      {figures['job_page_p50_ms']:8.1f} / {figures['job_page_p95_ms']} ms")
     print(f"log page (1,000 lines, mid-log)  {figures['log_page_p50_ms']:8.1f} / {figures['log_page_p95_ms']} ms")
-    print(f"live-log poll (256 KiB chunk)    {figures['live_poll_p50_ms']:8.1f} ms p50")
+    print(f"live-log poll (64 KiB chunk)     {figures['live_poll_p50_ms']:8.1f} ms p50")
     print(json.dumps(figures))
 
 
