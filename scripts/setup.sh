@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-APT_PACKAGES=(redis-server git python3-venv docker.io debootstrap)
+APT_PACKAGES=(redis-server git python3-venv docker.io debootstrap chromium)
 TORCH_PIN="torch==2.13.0"   # never unpinned: an unpinned torch pulls GBs of CUDA wheels
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }

@@ -50,3 +50,7 @@ class Claims:
     def remember(self, key: str, value: str) -> None:
         """Keep what a task already did, so its retry (after a GitHub error) does not do it twice."""
         self._redis.set(f"compile-ci:memo:{key}", value, nx=True, ex=self._ttl)
+
+    def queue_depths(self, queues: tuple[str, ...]) -> dict[str, int]:
+        """Messages waiting per Celery queue (kombu's Redis transport keeps each queue as a list of its name)."""
+        return {name: int(self._redis.llen(name)) for name in queues}

@@ -79,6 +79,11 @@ class Settings:
     # worker died, and without it their check runs would stay in progress forever.
     reaper_interval_seconds: int = 60
     reaper_grace_seconds: int = 300
+    # Sign-in with GitHub for the browser (the App's OAuth client); github.com hosts the OAuth pages.
+    github_client_id: str = ""
+    github_client_secret: Secret = field(default=Secret(""), repr=False)
+    github_web_url: str = "https://github.com"
+    session_secret: Secret = field(default=Secret(""), repr=False)
 
     @property
     def visibility_timeout_seconds(self) -> int:
@@ -170,6 +175,11 @@ def _build(env: Mapping[str, str]) -> Settings:
     template = _get(env, "CLONE_URL_TEMPLATE")
     if template and "{full_name}" not in template:
         problems.append("COMPILE_CI_CLONE_URL_TEMPLATE must contain {full_name}")
+    client_id, client_secret = _get(env, "GITHUB_CLIENT_ID"), _get(env, "GITHUB_CLIENT_SECRET")
+    session_secret = _get(env, "SESSION_SECRET")
+    if client_id and not (client_secret and session_secret):
+        problems.append("COMPILE_CI_GITHUB_CLIENT_ID needs COMPILE_CI_GITHUB_CLIENT_SECRET and "
+                        "COMPILE_CI_SESSION_SECRET (sign-in with GitHub for private repositories)")
     settings = Settings(
         webhook_secret=Secret(secret),
         github_app_id=app_id,
@@ -192,6 +202,10 @@ def _build(env: Mapping[str, str]) -> Settings:
         progress_interval_seconds=_int(env, "PROGRESS_INTERVAL_SECONDS", 10, problems),
         reaper_interval_seconds=_int(env, "REAPER_INTERVAL_SECONDS", 60, problems),
         reaper_grace_seconds=_int(env, "REAPER_GRACE_SECONDS", 300, problems, minimum=0),
+        github_client_id=client_id,
+        github_client_secret=Secret(client_secret),
+        github_web_url=_url(env, "GITHUB_WEB_URL", "https://github.com", ("http", "https"), problems),
+        session_secret=Secret(session_secret),
     )
     if problems:
         raise ConfigError(problems)

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-from . import control, dispatch, routes
+from . import control, dispatch, oauth, routes
 from .auth import load_public_key
 from .routes import Reply
 from .spec import load_spec
@@ -79,6 +79,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if self.path.startswith(control.PREFIX):
                 reply = control.handle(emulator.state, self.command, self.path, raw_body)
+            elif oauth.handles(self.path, self.headers.get("Authorization")):
+                reply = oauth.handle(emulator.state, self.command, self.path, raw_body, self.headers)
             else:
                 reply = emulator.serve_github(self.command, self.path, raw_body, self.headers.get("Authorization"))
         except Exception as exc:  # a crash is an emulator bug the test must see, not a silent hang-up

@@ -78,7 +78,8 @@ def test_artifact_files_download_as_text(client: FlaskClient, job: Job) -> None:
 
 
 def test_run_page_and_index(client: FlaskClient, job: Job) -> None:
-    assert "correctness (cpu)" in client.get(f"/runs/{job.run_id}").get_data(as_text=True)
+    page = client.get(f"/runs/{job.run_id}").get_data(as_text=True)
+    assert f'href="/jobs/{job.id}"><strong>failure</strong>' in page and "1 passed · 1 failed" in page
     assert job.run_id in client.get("/").get_data(as_text=True)
 
 

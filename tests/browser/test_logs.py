@@ -1,0 +1,65 @@
+"""Reading logs by line without loading them: pages, tail, live chunks, ANSI colours, across 1 MiB blocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from service.browser import logs
+from service.browser.ansi import AnsiState, line_to_html
+
+
+@pytest.fixture
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 64-byte blocks put block boundaries inside lines, where off-by-one errors live.
+    monkeypatch.setattr(logs, "BLOCK", 64)
+    logs._cache.clear()
+
+
+def numbered(count: int) -> bytes:
+    return b"".join(b"line %d %s\n" % (i, b"x" * (i % 37)) for i in range(1, count + 1))
+
+
+@pytest.mark.usefixtures("small_blocks")
+@pytest.mark.parametrize("wanted", [1, 2, 3, 17, 63, 64, 65, 199, 200])
+def test_offset_of_every_line_matches_a_plain_split(tmp_path: Path, wanted: int) -> None:
+    path = tmp_path / "log.txt"
+    path.write_bytes(numbered(200))
+    offset = logs.offset_of_line(path, wanted - 1)
+    assert path.read_bytes()[offset:].startswith(b"line %d " % wanted)
+    assert logs.lines_before(path, offset) == wanted - 1
+    assert logs.total_lines(path) == 200
+
+
+@pytest.mark.usefixtures("small_blocks")
+def test_index_follows_a_growing_log(tmp_path: Path) -> None:
+    path = tmp_path / "log.txt"
+    path.write_bytes(numbered(50))
+    assert logs.total_lines(path) == 50
+    with open(path, "ab") as handle:
+        handle.write(numbered(120)[len(numbered(50)):] + b"partial")
+    assert logs.total_lines(path) == 121
+    lines, offset = logs.chunk_from(path, 0, 1 << 20, final=False)
+    assert [line.number for line in lines][-1] == 120 and offset == path.stat().st_size - len(b"partial")
+    lines, _ = logs.chunk_from(path, offset, 1 << 20, final=True)  # the job finished: the partial line too
+    assert [(line.number, str(line.html)) for line in lines] == [(121, "partial")]
+
+
+def test_pages_and_tail_number_lines_like_an_editor(tmp_path: Path) -> None:
+    path = tmp_path / "log.txt"
+    path.write_bytes(numbered(2500))
+    assert logs.page_count(path) == 3
+    third = logs.page(path, 3)
+    assert third[0].number == 2001 and str(third[0].html).startswith("line 2001 ") and len(third) == 500
+    tail, size, cut = logs.tail(path, 200)
+    assert cut and size == path.stat().st_size and tail[-1].number == 2500
+    assert str(tail[0].html).startswith(f"line {tail[0].number} ")
+
+
+def test_ansi_colours_become_spans_and_text_stays_escaped() -> None:
+    state = AnsiState()
+    html = str(line_to_html("\x1b[31m\x1b[1mFAILED\x1b[0m <script>x</script>\x1b[2K", state))
+    assert html == '<span class="ansi31 ansib">FAILED</span> &lt;script&gt;x&lt;/script&gt;'
+    assert str(line_to_html("\x1b[32mPASSED", state)) == '<span class="ansi32">PASSED</span>'
+    assert str(line_to_html("still green", state)) == '<span class="ansi32">still green</span>'
