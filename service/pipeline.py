@@ -23,6 +23,7 @@ from service.junit import JUnitError, parse_junit
 from service.planning import PlannedJob, builtin_suites, plan_jobs
 from service.repo_config import CONFIG_FILE, RepoConfig, default_config, parse_repo_config
 from service.store import APPROVAL_SUITE, Job, Run, Store, TestRecord, job_id_for, utcnow
+from suites.naming import sanitise_nodeid
 
 log = logging.getLogger(__name__)
 LEASE_TTL_S = 60
@@ -264,7 +265,7 @@ def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: l
     junit_problem = None
     if (out / "junit.xml").exists():
         try:
-            records = [_located(r, roots, checkout) for r in parse_junit(out / "junit.xml")]
+            records = [_with_metrics(_located(r, roots, checkout), out) for r in parse_junit(out / "junit.xml")]
         except JUnitError as exc:
             junit_problem = str(exc)
     counts = {k: sum(r.outcome == k for r in records) for k in ("passed", "failed", "skipped", "error")}
@@ -286,6 +287,12 @@ def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: l
         torch_version=str(env_info.get("torch_version", "")),
     )
     return False
+
+
+def _with_metrics(record: TestRecord, out: Path) -> TestRecord:
+    """The suite plugin's compile metrics of this test, kept in the store so pages need not read thousands of files."""
+    metrics = _read_json(out / "tests" / sanitise_nodeid(record.nodeid) / "metrics.json")
+    return replace(record, metrics=metrics) if metrics else record
 
 
 def _located(record: TestRecord, roots: list[str], checkout: Path) -> TestRecord:

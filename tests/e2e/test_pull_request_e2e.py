@@ -78,7 +78,7 @@ def test_job_page_links_each_tests_generated_code(finished: tuple[Stack, dict[st
     job_url = runs["good"]["details_url"]
     with urllib.request.urlopen(job_url, timeout=10) as response:
         page = response.read().decode()
-    links = re.findall(r'class="test-link" href="([^"]+)">(\d+) graph', page)
+    links = re.findall(r'href="(/jobs/[^"]+/tests/[^"]+)">(\d+) graph', page)
     assert links and any(int(count) >= 1 for _href, count in links)
     href = next(h for h, count in links if int(count) >= 1)
     with urllib.request.urlopen(job_url.split("/jobs/")[0] + href, timeout=10) as response:
