@@ -1,6 +1,6 @@
 """Wall time of each built-in suite through the LocalRunner, cold and warm, with test counts.
 
-    python bench/suites.py [--device cpu|cuda] [--suites correctness,freezing] [--out DIR]
+    python bench/suites.py [--device cpu|cuda] [--suites correctness,freezing] [--targets REPO] [--out DIR]
 
 "Cold" runs with an empty compile cache, "warm" reruns the suite with the cache the cold run filled (what a
 rerun of the same code on the same host gets). Needs only torch and pytest besides this repository, so it
@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
+import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -48,12 +50,24 @@ def failures(junit: Path) -> list[str]:
             if c.find("failure") is not None or c.find("error") is not None]
 
 
-def run_suite(suite: str, device: str, cache: Path, out: Path) -> dict[str, object]:
+def targets_env(repo: Path | None) -> dict[str, str]:
+    """COMPILE_CI_TARGETS and COMPILE_CI_CHECKOUT for a repository's [targets], as the service passes them."""
+    if repo is None:
+        return {}
+    config = next(p for p in (repo / ".compile-ci.toml", repo / "compile-ci.toml") if p.exists())
+    targets = tomllib.loads(config.read_text()).get("targets", {})
+    return {"COMPILE_CI_TARGETS": json.dumps(targets), "COMPILE_CI_CHECKOUT": str(repo.resolve())}
+
+
+def run_suite(suite: str, device: str, cache: Path, out: Path, extra: dict[str, str]) -> dict[str, object]:
     out.mkdir(parents=True, exist_ok=True)
     command = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
                "-o", "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}", str(ROOT / "suites" / suite))
     env = {"COMPILE_CI_DEVICE": device, "COMPILE_CI_OUTPUT_DIR": str(out), "PYTHONPATH": str(ROOT),
-           "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton")}
+           "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton"),
+           # inductor keeps precompiled headers under $TMPDIR/torchinductor_<user> whatever its cache dir says
+           "TMPDIR": str(cache / "tmp"), **extra}
+    (cache / "tmp").mkdir(parents=True, exist_ok=True)
     spec = RunSpec(job_id=f"bench-{suite}-{device}", command=command, checkout_dir=ROOT, output_dir=out,
                    timeout_s=1800, device=device, env=env)
     result = LocalRunner().run(spec)
@@ -65,14 +79,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--suites", default=",".join(builtin_suites()))
+    parser.add_argument("--targets", type=Path, default=None,
+                        help="a repository whose [targets] the suites also run (e.g. tests/suites/declared_repo)")
     parser.add_argument("--out", type=Path, default=None, help="keep artifacts here (default: a temp dir)")
     args = parser.parse_args()
     base = args.out or Path(tempfile.mkdtemp(prefix="compile-ci-bench-suites-"))
     figures: dict[str, dict[str, object]] = {}
     for suite in args.suites.split(","):
         cache = base / "cache" / suite
-        cold = run_suite(suite, args.device, cache, base / suite / "cold")
-        warm = run_suite(suite, args.device, cache, base / suite / "warm")
+        shutil.rmtree(cache, ignore_errors=True)  # cold means cold, even when --out is reused
+        shutil.rmtree(base / suite, ignore_errors=True)
+        extra = targets_env(args.targets)
+        cold = run_suite(suite, args.device, cache, base / suite / "cold", extra)
+        warm = run_suite(suite, args.device, cache, base / suite / "warm", extra)
         figures[suite] = {"cold": cold, "warm": warm}
         print(f"{suite:<12} {args.device:<5} cold {cold['wall_s']:>6.1f} s  warm {warm['wall_s']:>6.1f} s  "
               f"passed {cold['passed']:>3}  failed {cold['failed']:>2}  skipped {cold['skipped']:>3}", flush=True)

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ class SuiteRun:
     outcomes: dict[str, str]  # test name, e.g. "test_x[case]" -> passed | failed | error | skipped
     messages: dict[str, str]  # test name -> failure text, for failed and errored tests
     output: str
+    properties: dict[str, dict[str, str]] = field(default_factory=dict)  # test name -> JUnit <property> values
 
     def named(self, *outcomes: str) -> set[str]:
         return {name for name, outcome in self.outcomes.items() if outcome in outcomes}
@@ -59,6 +60,7 @@ def run_suite(
     plugin: str | None = None,
     timeout: int = 300,
     plant: str | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> SuiteRun:
     """``python -m pytest suites/<suite> -k <selection>`` on cpu from a scratch directory, optionally with ``-p
     plugin`` loaded (a planted bug; ``plant`` names a module of tests.suites.planted). Inductor's cache directory is
@@ -69,7 +71,18 @@ def run_suite(
     env = {key: value for key, value in os.environ.items() if key not in _JOB_VARIABLES}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     env["COMPILE_CI_DEVICE"] = "cpu"
-    command = [sys.executable, "-m", "pytest", str(REPO / "suites" / suite), "-q", "-p", "no:cacheprovider"]
+    env.update(extra_env or {})
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        str(REPO / "suites" / suite),
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-o",
+        "junit_family=xunit1",
+    ]
     command += ["-k", selection, f"--junitxml={junit}"] + (["-p", plugin] if plugin else [])
     try:
         proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
@@ -79,4 +92,8 @@ def run_suite(
     if not junit.exists():
         pytest.fail(f"suite {suite!r} wrote no JUnit XML (exit code {proc.returncode}):\n{output[-4000:]}")
     outcomes, messages = _outcomes(junit)
-    return SuiteRun(proc.returncode, outcomes, messages, output)
+    properties = {
+        case.get("name", ""): {p.get("name", ""): p.get("value", "") for p in case.iter("property")}
+        for case in ET.parse(junit).getroot().iter("testcase")
+    }
+    return SuiteRun(proc.returncode, outcomes, messages, output, properties)
