@@ -82,21 +82,25 @@ def main() -> None:
     parser.add_argument("--targets", type=Path, default=None,
                         help="a repository whose [targets] the suites also run (e.g. tests/suites/declared_repo)")
     parser.add_argument("--out", type=Path, default=None, help="keep artifacts here (default: a temp dir)")
+    parser.add_argument("--cache", choices=("host", "suite"), default="host",
+                        help="host: one cache per device shared by all suites, as a worker host keeps it (default); "
+                             "suite: a fresh cache per suite")
     args = parser.parse_args()
     base = args.out or Path(tempfile.mkdtemp(prefix="compile-ci-bench-suites-"))
-    figures: dict[str, dict[str, object]] = {}
-    for suite in args.suites.split(","):
-        cache = base / "cache" / suite
-        shutil.rmtree(cache, ignore_errors=True)  # cold means cold, even when --out is reused
-        shutil.rmtree(base / suite, ignore_errors=True)
-        extra = targets_env(args.targets)
-        cold = run_suite(suite, args.device, cache, base / suite / "cold", extra)
-        warm = run_suite(suite, args.device, cache, base / suite / "warm", extra)
-        figures[suite] = {"cold": cold, "warm": warm}
-        print(f"{suite:<12} {args.device:<5} cold {cold['wall_s']:>6.1f} s  warm {warm['wall_s']:>6.1f} s  "
-              f"passed {cold['passed']:>3}  failed {cold['failed']:>2}  skipped {cold['skipped']:>3}", flush=True)
-        for name in cold["failures"]:  # type: ignore[union-attr]
-            print(f"    FAILED {name}")
+    suites = args.suites.split(",")
+    extra = targets_env(args.targets)
+    figures: dict[str, dict[str, object]] = {suite: {} for suite in suites}
+    shutil.rmtree(base / "cache", ignore_errors=True)  # cold means cold, even when --out is reused
+    # Cold: every suite once on an empty cache (a fresh worker host); warm: every suite again (a rerun).
+    for phase in ("cold", "warm"):
+        for suite in suites:
+            cache = base / "cache" / (suite if args.cache == "suite" else "host")
+            shutil.rmtree(base / suite / phase, ignore_errors=True)
+            figures[suite][phase] = result = run_suite(suite, args.device, cache, base / suite / phase, extra)
+            print(f"{suite:<12} {args.device:<5} {phase:<4} {result['wall_s']:>6.1f} s  passed {result['passed']:>3}  "
+                  f"failed {result['failed']:>2}  skipped {result['skipped']:>3}", flush=True)
+            for name in result["failures"]:  # type: ignore[union-attr]
+                print(f"    FAILED {name}")
     total_cold = sum(f["cold"]["wall_s"] for f in figures.values())  # type: ignore[misc]
     total_warm = sum(f["warm"]["wall_s"] for f in figures.values())  # type: ignore[misc]
     print(f"{'all':<12} {args.device:<5} cold {total_cold:>6.1f} s  warm {total_warm:>6.1f} s")
