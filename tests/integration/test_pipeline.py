@@ -6,6 +6,7 @@ so the pipeline's behaviour is tested in seconds; the e2e tests run the real tor
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ from service.github_emulator import GitHubEmulator
 from service.sandbox.deliveries import pull_request_event, signed
 from service.sandbox.sample_repo import commit_file
 from service.sandbox.stack import INSTALLATION_ID
+from service.store import Store, job_id_of_external
 from service.tasks import create_worker_celery
 
 FULL_NAME = "octo/widgets"
@@ -150,3 +152,28 @@ def test_devices_without_a_runner_complete_as_neutral(settings: Settings, repo: 
     assert (cpu["name"], cpu["conclusion"]) == ("correctness (cpu)", "success")
     assert (cuda["name"], cuda["conclusion"]) == ("correctness (cuda)", "neutral")
     assert "no cuda runner" in cuda["output"]["title"]
+
+
+def test_infrastructure_error_is_retried_once_then_reported_as_not_the_prs_fault(
+    settings: Settings, repo: Path, suites_dir: Path, emulator: GitHubEmulator
+) -> None:
+    # The Docker engine answers but the runner image does not exist: an infrastructure error, not a test failure.
+    docker = pytest.importorskip("docker")
+    try:
+        docker.from_env().ping()
+    except Exception as exc:  # noqa: BLE001 - any reason the engine does not answer
+        pytest.skip(f"no Docker engine: {exc}")
+    broken = dataclasses.replace(settings, runner="docker", runner_image_cpu="compile-ci/no-such-image:never")
+    emulator.add_repo(FULL_NAME)
+    emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
+    app = create_worker_celery(broken, suites_dir=suites_dir)
+    with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, shutdown_timeout=30,
+                      queues=["cpu", "github"]):
+        sha = commit_file(repo, "infra", "notes.md", "hello\n", "docs")
+        open_pr(broken, 5, sha, "infra")
+        (check_run,) = await_check_runs(emulator, sha, 1)
+    assert check_run["conclusion"] == "failure"
+    assert check_run["output"]["title"] == "Infrastructure error — not a test failure"
+    assert "runner image missing" in check_run["output"]["summary"] + (check_run["output"].get("text") or "")
+    job = Store(broken.database_url).get_job(job_id_of_external(check_run["external_id"]))
+    assert job is not None and job.infra_failures == 1 and job.attempt == 2, job
