@@ -27,6 +27,14 @@ def _private(module: str, attr: str) -> Any:
         pytest.skip(f"torch {torch.__version__} lacks {module}.{attr} ({exc})")
 
 
+def _optional(module: str, attr: str) -> Any:
+    """torch's private ``module.attr``, or None where this torch lacks it (for best-effort figures)."""
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return None
+
+
 def reset_dynamo() -> None:
     """Forget every compiled frame, guard and cached backend so the next compile starts from scratch."""
     _private("torch._dynamo", "reset")()
@@ -246,30 +254,27 @@ class CompileCapture:
         self.metrics: dict[str, float] = {}
 
     def _snapshot(self) -> dict[str, float]:
-        counters = dynamo_counters()
-        snap: dict[str, float] = {
-            "frames": counters.get("frames", {}).get("total", 0),
-            "graphs": counters.get("stats", {}).get("unique_graphs", 0),
-            "graph_breaks": sum(counters.get("graph_break", {}).values()),
-            "fx_graph_cache_hits": counters.get("inductor", {}).get("fxgraph_cache_hit", 0),
-            "fx_graph_cache_misses": counters.get("inductor", {}).get("fxgraph_cache_miss", 0),
-            "autograd_cache_hits": counters.get("aot_autograd", {}).get("autograd_cache_hit", 0),
-        }
-        try:
-            # Every recompile is preceded by a guard failure of an already compiled frame.
-            failures = _private("torch._dynamo.utils", "guard_failures")
+        # Metrics are best effort on any torch version: a missing private API drops that figure, never the test
+        # (``_private`` skips the calling test, which must not happen from inside the artifacts plugin).
+        snap: dict[str, float] = {}
+        counters = _optional("torch._dynamo.utils", "counters") or {}
+        snap.update(
+            frames=counters.get("frames", {}).get("total", 0),
+            graphs=counters.get("stats", {}).get("unique_graphs", 0),
+            graph_breaks=sum(counters.get("graph_break", {}).values()),
+            fx_graph_cache_hits=counters.get("inductor", {}).get("fxgraph_cache_hit", 0),
+            fx_graph_cache_misses=counters.get("inductor", {}).get("fxgraph_cache_miss", 0),
+            autograd_cache_hits=counters.get("aot_autograd", {}).get("autograd_cache_hit", 0),
+        )
+        failures = _optional("torch._dynamo.utils", "guard_failures")
+        if failures is not None:  # every recompile is preceded by a guard failure of an already compiled frame
             snap["recompiles"] = sum(len(reasons) for reasons in failures.values())
-        except Exception:  # noqa: BLE001 - metrics are best effort on any torch version
-            pass
-        try:
-            times = _private("torch._dynamo.utils", "compilation_time_metrics")
+        times = _optional("torch._dynamo.utils", "compilation_time_metrics")
+        if times is not None:
             snap["compile_time_s"] = sum(times.get("_compile.compile_inner", []))
-        except Exception:  # noqa: BLE001
-            pass
-        try:
-            snap["kernels_generated"] = _private("torch._inductor.metrics", "generated_kernel_count")
-        except Exception:  # noqa: BLE001
-            pass
+        kernels = _optional("torch._inductor.metrics", "generated_kernel_count")
+        if kernels is not None:
+            snap["kernels_generated"] = kernels
         return snap
 
     @contextlib.contextmanager
