@@ -83,7 +83,8 @@ def seed_job(settings: Settings, store: Store, run: Run, tests: list[SeededTest]
                        "E       AssertionError: compiled result differs from eager beyond tolerance:\n"
                        "E       max abs diff 0.5 at index (0, 3)\n")
         records.append(TestRecord(nodeid=test.nodeid, outcome=test.outcome, duration_s=test.duration_s,
-                                  message="compiled result differs from eager" if details else "", details=details))
+                                  message="compiled result differs from eager" if details else "", details=details,
+                                  metrics=metrics))  # the pipeline stores them at job end
     store.replace_results(job.id, 1, records)
     store.replace_artifacts(job.id, 1, [(p.relative_to(out).as_posix(), p.stat().st_size)
                                         for p in sorted(out.rglob("*")) if p.is_file()])
