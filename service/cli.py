@@ -6,8 +6,12 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.celery_app import QUEUES
+
+if TYPE_CHECKING:
+    from service.config import Settings
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,9 +57,11 @@ def main(argv: list[str] | None = None) -> int:
         os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "service.worker", "worker", "-Q",
                                    args.queues, "-c", str(args.concurrency), *pool, *beat, "--loglevel", "INFO"])
     if args.command == "beat":
-        _validated_settings()
-        os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "service.worker", "beat", "--loglevel",
-                                   "INFO"])
+        settings = _validated_settings()
+        # The schedule's state file goes to the data directory: the image's working directory is read-only.
+        schedule = str(settings.data_dir / "celerybeat-schedule")
+        os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "service.worker", "beat", "-s", schedule,
+                                   "--loglevel", "INFO"])
     if args.command == "check-config":
         return _check_config(args.path)
     if args.command == "images":
@@ -64,11 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
-def _validated_settings() -> None:
+def _validated_settings() -> Settings:
     from service.config import ConfigError, Settings
 
     try:
-        Settings.from_env()
+        return Settings.from_env()
     except ConfigError as exc:
         sys.exit(str(exc))
 
