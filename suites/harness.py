@@ -314,6 +314,21 @@ def inductor_counter(name: str) -> int:
     return int(dynamo_counters().get("inductor", {}).get(name, 0))
 
 
+@contextlib.contextmanager
+def full_precision_on_cuda(device: str) -> Iterator[None]:
+    """TF32 off for CUDA convolutions and matmuls, so eager and compiled kernels are plain fp32 and their distance to
+    the fp64 reference compares (folding and channels-last kernels round TF32 differently)."""
+    if device != "cuda":
+        yield
+        return
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 def mark_dynamic(tensor: torch.Tensor, *dims: int) -> None:
     """Make dynamo compile ``dims`` of ``tensor`` as symbolic sizes, not as the example's numbers."""
     _private("torch._dynamo", "mark_dynamic")(tensor, list(dims))

@@ -181,6 +181,16 @@ class GitHubEmulator:
         """Every check run (oldest first) with the emulator's `history`, `annotations` and `actions`."""
         return self.state.list_check_runs(full_name)
 
+    @staticmethod
+    def status_sequence(check_run: dict[str, Any]) -> list[str]:
+        """The statuses a check run went through, repeats collapsed: e.g. queued, in_progress, completed."""
+        seen: list[str] = []
+        for entry in check_run["history"]:
+            status = entry["status"] if isinstance(entry, dict) else entry[0]
+            if not seen or seen[-1] != status:
+                seen.append(status)
+        return seen
+
     def check_run(self, check_run_id: int) -> dict[str, Any]:
         with self.state.lock:
             record: CheckRunRecord = self.state.check_runs[check_run_id]

@@ -31,17 +31,9 @@ def freezing_on() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def full_precision_cuda_convolutions(device: str) -> Iterator[None]:
-    # Folding changes which numbers TF32 rounds (scaled weights instead of conv outputs); with TF32 off both eager
-    # and compiled convolutions are plain fp32 and their distance to the fp64 reference is comparable.
-    if device != "cuda":
+    # Folding changes which numbers TF32 rounds (scaled weights instead of conv outputs).
+    with harness.full_precision_on_cuda(device):
         yield
-        return
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def _randomise_statistics(running_mean: torch.Tensor, running_var: torch.Tensor, *affine: torch.Tensor) -> None:

@@ -27,16 +27,8 @@ def layout_optimization_forced() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def full_precision_cuda_convolutions(device: str) -> Iterator[None]:
-    # TF32 convolutions round differently in eager's and inductor's channels-last kernels; off, both are plain fp32.
-    if device != "cuda":
+    with harness.full_precision_on_cuda(device):
         yield
-        return
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def significant_strides(t: torch.Tensor) -> tuple[tuple[int, int], ...]:

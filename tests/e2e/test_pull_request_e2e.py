@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from service.github_emulator import GitHubEmulator
 from service.sandbox.main import FULL_NAME, open_sample_pull_requests, wait_for_check_runs
 from service.sandbox.stack import Stack
 
@@ -28,19 +29,10 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, 
         assert stack.emulator.errors == []
 
 
-def _statuses(check_run: dict[str, Any]) -> list[str]:
-    seen: list[str] = []
-    for entry in check_run["history"]:
-        status = entry["status"] if isinstance(entry, dict) else entry[0]
-        if not seen or seen[-1] != status:
-            seen.append(status)
-    return seen
-
-
 def test_clean_pull_request_goes_queued_in_progress_success(finished: tuple[Stack, dict[str, Any]]) -> None:
     _stack, runs = finished
     good = runs["good"]
-    assert _statuses(good) == ["queued", "in_progress", "completed"]
+    assert GitHubEmulator.status_sequence(good) == ["queued", "in_progress", "completed"]
     assert good["conclusion"] == "success", good["output"]
     assert "0 failed" not in good["output"]["title"] and "passed" in good["output"]["title"]
     assert "| correctness | cpu |" in good["output"]["summary"]

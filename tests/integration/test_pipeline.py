@@ -95,21 +95,12 @@ def await_check_runs(emulator: GitHubEmulator, sha: str, count: int, timeout_s: 
         time.sleep(0.1)
 
 
-def statuses(check_run: dict[str, Any]) -> list[str]:
-    seen: list[str] = []
-    for entry in check_run["history"]:
-        status = entry["status"] if isinstance(entry, dict) else entry[0]
-        if not seen or seen[-1] != status:
-            seen.append(status)
-    return seen
-
-
 def test_passing_pull_request(settings: Settings, repo: Path, worker: None, emulator: GitHubEmulator) -> None:
     sha = commit_file(repo, "good", "notes.md", "hello\n", "docs")
     open_pr(settings, 1, sha, "good")
     (check_run,) = await_check_runs(emulator, sha, 1)
     assert check_run["name"] == "correctness (cpu)"
-    assert statuses(check_run) == ["queued", "in_progress", "completed"]
+    assert GitHubEmulator.status_sequence(check_run) == ["queued", "in_progress", "completed"]
     assert check_run["conclusion"] == "success"
     assert check_run["output"]["title"] == "2 passed, 1 skipped"
     assert check_run["details_url"].startswith("http://ci.example.test/jobs/")

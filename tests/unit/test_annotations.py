@@ -8,7 +8,7 @@ from service.annotations import MAX_ANNOTATIONS, locate_in_checkout
 from service.checks import render_check_run
 from service.store import Job, Run, TestResult
 
-ROOT = "/var/ci/work/abc-repo-cpu/src"
+ROOT = "/var/ci/jobs/abc-repo-cpu/src"
 REPO_FILES = {"mypkg/model.py", "tests/test_model.py"}
 
 PYTEST_LONG = f"""def test_model():
