@@ -154,7 +154,10 @@ def run_job(ctx: WorkerContext, job_id: str) -> None:
     if job is None or run is None or job.state == "completed":
         return
     if ctx.store.is_uninstalled(run.repo_full_name):
+        # Completed in the store (nothing to report: GitHub no longer lets us), so the reaper never revives it.
         log.info("run_job %s: %s is no longer installed; dropping the job", job_id, run.repo_full_name)
+        if ctx.store.cancel_job(job_id, "The App was removed from this repository; job dropped.") == "cancelled":
+            ctx.store.update_job(job_id, reported="completed")  # nothing left to tell GitHub
         return
     if job.cancel_requested:
         ctx.store.cancel_job(job_id, job.detail or "Cancelled before it started.")

@@ -30,6 +30,7 @@ def may_command(*, commenter: str, role_name: str, permission: str, pr_author: s
         return Verdict(True, f"@{commenter} has {role_name or permission} access")
     if commenter.lower() == pr_author.lower() and author_is_trusted(pr_association):
         return Verdict(True, f"@{commenter} is the author of this trusted pull request")
-    have = role_name or permission or "no"
+    have = role_name or permission
+    have = "no" if have.lower() in ("", "none") else have
     return Verdict(False, f"@{commenter} has {have} access to this repository; commands need write access "
                           "(or authorship of a pull request from a trusted author)")

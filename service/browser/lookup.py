@@ -11,7 +11,7 @@ from service.browser.access import require_read, wiring
 from service.store import Job, Run
 
 RUN_ID = re.compile(r"^[0-9a-f]{16}$")
-JOB_ID = re.compile(r"^[0-9a-f]{16}-[a-z]+-(cpu|cuda)$")
+JOB_ID = re.compile(r"^[0-9a-f]{16}-[a-z]+-(cpu|cuda|none)$")  # none: the approval gate's job
 TEST_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")  # never "." or ".." (the parent)
 
 

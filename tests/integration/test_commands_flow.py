@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import pytest
 from celery.contrib.testing.worker import start_worker
@@ -137,11 +138,13 @@ def test_an_untrusted_pull_request_runs_nothing_until_ok_to_test(
     (waiting,) = wait_for(lambda: settled(emulator, sha, 1))
     assert (waiting["name"], waiting["conclusion"]) == ("compile-ci: approval", "action_required")
     assert "/ok-to-test" in waiting["output"]["summary"]
+    details = create_app(settings).test_client().get(urlsplit(waiting["details_url"]).path)
+    assert details.status_code == 200, waiting["details_url"]  # the waiting check's Details link opens a page
 
     untrusted = {"pr_author": "eve", "pr_association": "FIRST_TIME_CONTRIBUTOR"}
     comment(settings, 7, "/ok-to-test", "eve", 71, **untrusted)  # the author cannot approve themselves
     (refusal,) = wait_for(lambda: emulator.comments)
-    assert "@eve has none access" in refusal["body"] and "`/rerun failed`" in refusal["body"]
+    assert "@eve has no access" in refusal["body"] and "`/rerun failed`" in refusal["body"]
     assert len(runs_at(emulator, sha)) == 1 and emulator.reactions == []
 
     comment(settings, 7, "Looks safe to me.\n/ok-to-test", "maria", 72, **untrusted)

@@ -16,7 +16,7 @@ from service.app import create_app
 from service.celery_app import create_celery
 from service.config import Settings
 from service.github_emulator import GitHubEmulator
-from service.pipeline import plan_run
+from service.pipeline import plan_run, run_job
 from service.reaper import reap
 from service.sandbox.deliveries import fixture, issue_comment_event, pull_request_event, signed
 from service.store import Job, Store, utcnow
@@ -100,6 +100,15 @@ def test_untrusted_author_waits_and_removed_repositories_run_nothing(client: Fla
     redis.Redis.from_url(settings.redis_url).delete("github")
     plan_run(ctx, run.id)  # dropped with a log line: no approval check run, nothing queued
     assert store.jobs_of(run.id) == [] and queued(settings) == []
+
+    # A job queued before the removal is dropped when a worker takes it, and completed so the reaper leaves it be.
+    job_id = f"{run.id}-correctness-cpu"
+    store.add_jobs_if_absent([Job(id=job_id, run_id=run.id, suite="correctness", device="cpu", timeout_s=60,
+                                  attempt=0, state="queued")])
+    run_job(ctx, job_id)
+    job = store.get_job(job_id)
+    assert (job.state, job.conclusion) == ("completed", "cancelled") and "removed" in job.detail
+    assert reap(ctx, utcnow() + timedelta(days=1)) == [] and queued(settings, "cpu") == []
 
 
 def test_reaper_requeues_a_job_whose_worker_died_then_fails_it(settings: Settings, tmp_path: Path,
