@@ -82,7 +82,7 @@ def test_maintainer_follows_the_details_link_of_a_private_repo_to_the_broken_com
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: dialogs.append(dialog.message))
 
-    page.goto(f"{live.public_url}/runs/{run.id}")  # the check run's Details link, signed out
+    page.goto(f"{live.public_url}/runs/{run.id}")  # a private run's page, signed out (Details links go to a job)
     expect = sync_api.expect
     expect(page.locator("nav")).to_contain_text("signed in as maintainer")
     assert page.url == f"{live.public_url}/runs/{run.id}"
