@@ -14,6 +14,7 @@ from pathlib import Path
 
 from runners.checkout import Checkout
 from runners.protocol import Runner, RunResult, RunSpec
+from service import reporting
 from service.annotations import locate_in_checkout
 from service.celery_app import CeleryQueue
 from service.claims import Claims
@@ -74,7 +75,9 @@ def plan_run(ctx: WorkerContext, run_id: str) -> None:
         _plan(ctx, run)
     for job in ctx.store.jobs_of(run.id):
         if job.check_run_id is None:
-            ctx.queue.report_job(job.id)
+            # Created here, before the job can be started: every check run shows "queued" first. A GitHub error
+            # retries this task; jobs whose check run exists are then only (re-)enqueued, which their lease dedupes.
+            reporting.report_job(ctx, job.id)
         if job.state == "queued":
             ctx.queue.run_job(job.id, job.device)
 
