@@ -76,16 +76,20 @@ def test_maintainer_follows_the_details_link_of_a_private_repo_to_the_broken_com
              *(SeededTest(f"correctness/test_correctness.py::test_mlp[{mode}]") for mode in ("infer", "train")),
              SeededTest("correctness/test_correctness.py::test_name[<script>alert(1)</script>]", "passed")]
     job = seed_job(live, store, run, tests, log_bytes=20_000)
+    green = seed_job(live, store, run, [SeededTest("freezing/test_freezing.py::test_fold", "passed")], suite="freezing")
     # The browser is signed in to (emulated) github.com as the maintainer, and never to compile-ci yet.
     browser.add_cookies([{"name": SESSION_COOKIE, "value": "maintainer", "url": emulator.url}])
     page = browser.new_page()
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: dialogs.append(dialog.message))
 
-    page.goto(f"{live.public_url}/runs/{run.id}")  # a private run's page, signed out (Details links go to a job)
+    details_url = f"{live.public_url}/jobs/{green.id}"  # a check run's Details link, opened signed out
+    page.goto(details_url)
     expect = sync_api.expect
     expect(page.locator("nav")).to_contain_text("signed in as maintainer")
-    assert page.url == f"{live.public_url}/runs/{run.id}"
+    assert page.url == details_url  # through GitHub's sign-in and back to the same page
+    page.get_by_role("link", name="octo/models #2").click()  # up to the run's suite x device grid
+    expect(page.locator("h1")).to_contain_text("octo/models")
     page.get_by_role("link", name="failure").click()
     expect(page.locator("#failing")).to_have_text("Failing tests (1)")
     expect(page.locator(".traceback")).to_contain_text("compiled result differs from eager beyond tolerance")
