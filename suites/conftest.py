@@ -39,6 +39,7 @@ def _record_environment() -> None:
         "device_name": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
         "cuda_version": torch.version.cuda,
     }
+    Path(out).mkdir(parents=True, exist_ok=True)
     Path(out, "environment.json").write_text(json.dumps(info, indent=2))
 
 

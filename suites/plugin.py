@@ -81,6 +81,8 @@ class ArtifactWriter:
             "outcome": report.outcome,
             "duration_s": round(report.duration, 4),
             "output_code_files": len(codes),
+            # What the test recorded with record_property (a declared pass's call and match counters, say).
+            **{str(key): value for key, value in item.user_properties if isinstance(value, int | float | str)},
             **(capture.metrics if capture is not None else {}),
         }
         (directory / "metrics.json").write_text(json.dumps(metrics, indent=2))

@@ -6,6 +6,8 @@ import json
 import tomllib
 from pathlib import Path
 
+from suites.naming import sanitise_nodeid
+
 from .suite_run import run_suite
 
 DECLARED_REPO = Path(__file__).resolve().parent / "declared_repo"
@@ -17,7 +19,10 @@ def _job_env() -> dict[str, str]:
 
 
 def test_declared_passes_run_on_declared_models_with_their_counters(tmp_path: Path) -> None:
-    run = run_suite("passes", "test_declared_pass and doubled_residual", tmp_path, extra_env=_job_env())
+    env = {**_job_env(), "COMPILE_CI_OUTPUT_DIR": str(tmp_path / "out")}
+    run = run_suite(
+        "passes", "test_declared_pass and doubled_residual", tmp_path, plugin="suites.plugin", extra_env=env
+    )
     assert run.returncode == 0, run.describe()
     post = "test_declared_pass[post_grad_passes:zoo.passes:double_add_to_mul-doubled_residual]"
     pre = "test_declared_pass[pre_grad_passes:zoo.passes:count_linear_layers-doubled_residual]"
@@ -26,6 +31,11 @@ def test_declared_passes_run_on_declared_models_with_their_counters(tmp_path: Pa
     assert int(run.properties[post]["pattern_matcher_count"]) >= 1, run.properties[post]
     assert int(run.properties[post]["pass_calls"]) >= 2, run.properties[post]
     assert run.properties[pre]["pattern_matcher_count"] == "0", run.properties[pre]
+    # ... and the test's metrics.json, which the job and test pages show.
+    metrics = json.loads(
+        (tmp_path / "out" / "tests" / sanitise_nodeid(f"passes/test_passes.py::{post}") / "metrics.json").read_text()
+    )
+    assert metrics["pattern_matcher_count"] >= 1 and metrics["declared_pass"] == "zoo.passes:double_add_to_mul", metrics
 
 
 def test_declared_fused_functions_and_models_are_checked(tmp_path: Path) -> None:
