@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from service.github_emulator import GitHubEmulator
 from service.sandbox.deliveries import pull_request_event, signed
 from service.sandbox.sample_repo import SampleRepo, create_sample_repo
 from service.sandbox.stack import INSTALLATION_ID, Stack
@@ -35,12 +36,7 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, poll_
 
 
 def _history(check_run: dict[str, Any]) -> str:
-    steps = []
-    for entry in check_run.get("history", []):
-        status = entry["status"] if isinstance(entry, dict) else entry[0]
-        if not steps or steps[-1] != status:
-            steps.append(status)
-    return " → ".join(steps)
+    return " → ".join(GitHubEmulator.status_sequence(check_run))
 
 
 def print_check_runs(check_runs: list[dict[str, Any]], pulls: dict[str, int]) -> None:
