@@ -17,10 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.github_emulator import GitHubEmulator
-from service.sandbox.deliveries import pull_request_event
-from service.sandbox.main import FULL_NAME, REPO_ID, _as_expected, post_webhook, print_check_runs, wait_until
-from service.sandbox.sample_repo import create_sample_repo
-from service.sandbox.stack import APP_ID, INSTALLATION_ID, app_keypair, free_port
+from service.sandbox.main import FULL_NAME, _as_expected, open_sample_pull_requests, print_check_runs, wait_until
+from service.sandbox.stack import APP_ID, app_keypair, free_port
 
 SERVICE_UID = 10001  # the service image's user: it owns the data directory it writes
 
@@ -124,19 +122,11 @@ def main() -> int:
 def open_pulls(stack: ComposeStack) -> tuple[object, dict[str, int]]:
     """The sandbox's two pull requests; the repository is handed to the service's uid before any webhook, since
     git refuses to read a repository another user owns."""
-    repo = create_sample_repo(stack.root / "repos" / FULL_NAME)
-    subprocess.run(["chown", "-R", f"{SERVICE_UID}:{SERVICE_UID}", str(stack.root)], check=True)
-    stack.emulator.add_repo(FULL_NAME)
-    stack.emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
-    pulls = {repo.good_sha: 1, repo.buggy_sha: 2}
-    for number, sha, branch in ((1, repo.good_sha, "add-residual-norm"), (2, repo.buggy_sha, "add-counting-scale")):
-        stack.emulator.add_pull(FULL_NAME, number, sha, branch, "main", "octocat", "OWNER")
-        payload = pull_request_event(
-            "opened", full_name=FULL_NAME, repo_id=REPO_ID, clone_url=f"https://github.com/{FULL_NAME}.git",
-            installation_id=INSTALLATION_ID, number=number, head_sha=sha, head_ref=branch, base_sha=repo.base_sha)
-        status, _answer = post_webhook(stack, "pull_request", payload)  # type: ignore[arg-type]
-        print(f"  POST /webhook pull_request.opened PR #{number} -> {status}")
-    return repo, pulls
+
+    def hand_to_service(_repo: object) -> None:
+        subprocess.run(["chown", "-R", f"{SERVICE_UID}:{SERVICE_UID}", str(stack.root)], check=True)
+
+    return open_sample_pull_requests(stack, prepare=hand_to_service)
 
 
 def wait_for_check_runs(stack: ComposeStack, timeout_s: float) -> list[dict[str, object]]:

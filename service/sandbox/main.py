@@ -19,7 +19,7 @@ FULL_NAME = "sandbox/model-zoo"
 REPO_ID = 700001
 
 
-def post_webhook(stack: Stack, event: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+def post_webhook(stack: Any, event: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
     headers, body = signed(stack.webhook_secret, event, payload)
     request = urllib.request.Request(stack.web_url + "/webhook", data=body, headers=headers, method="POST")
     with urllib.request.urlopen(request, timeout=30) as response:
@@ -50,9 +50,14 @@ def print_check_runs(check_runs: list[dict[str, Any]], pulls: dict[str, int]) ->
                 print(f"      failing: {line[2:]}")
 
 
-def open_sample_pull_requests(stack: Stack) -> tuple[SampleRepo, dict[str, int]]:
-    """Create the sample repository on the emulated GitHub and open its two pull requests."""
+def open_sample_pull_requests(
+    stack: Any, prepare: Callable[[SampleRepo], None] | None = None
+) -> tuple[SampleRepo, dict[str, int]]:
+    """Create the sample repository on the emulated GitHub and open its two pull requests. ``stack`` is anything
+    with ``root``, ``emulator``, ``webhook_secret`` and ``web_url``; ``prepare`` runs on the repository first."""
     repo = create_sample_repo(stack.root / "repos" / FULL_NAME)
+    if prepare is not None:
+        prepare(repo)
     stack.emulator.add_repo(FULL_NAME)
     stack.emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
     pulls = {repo.good_sha: 1, repo.buggy_sha: 2}
