@@ -16,9 +16,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.github_emulator import GitHubEmulator
-from service.sandbox.main import FULL_NAME, _as_expected, open_sample_pull_requests, print_check_runs, wait_until
-from service.sandbox.stack import APP_ID, app_keypair, free_port
+from service.devkit.github_emulator import GitHubEmulator
+from service.devkit.sandbox.main import FULL_NAME, _as_expected, open_sample_pull_requests, print_check_runs, wait_until
+from service.devkit.sandbox.stack import APP_ID, app_keypair, free_port
 
 SERVICE_UID = 10001  # the service image's user: it owns the data directory it writes
 

@@ -22,10 +22,10 @@ sys.path.insert(0, str(ROOT))
 
 from flask.testing import FlaskClient  # noqa: E402
 
-from service.app import create_app  # noqa: E402
 from service.config import Settings  # noqa: E402
-from service.sandbox.stack import app_keypair  # noqa: E402
+from service.devkit.sandbox.stack import app_keypair  # noqa: E402
 from service.store import Store  # noqa: E402
+from service.web.app import create_app  # noqa: E402
 from tests.browser.seed import many_tests, seed_job, seed_run  # noqa: E402
 
 

@@ -29,10 +29,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from runners.docker_runner import LABEL  # noqa: E402
-from service.sandbox.deliveries import pull_request_event  # noqa: E402
-from service.sandbox.main import FULL_NAME, REPO_ID, post_webhook, wait_until  # noqa: E402
-from service.sandbox.sample_repo import SampleRepo, create_sample_repo  # noqa: E402
-from service.sandbox.stack import INSTALLATION_ID, Stack  # noqa: E402
+from service.devkit.sandbox.deliveries import pull_request_event  # noqa: E402
+from service.devkit.sandbox.main import FULL_NAME, REPO_ID, post_webhook, wait_until  # noqa: E402
+from service.devkit.sandbox.sample_repo import SampleRepo, create_sample_repo  # noqa: E402
+from service.devkit.sandbox.stack import INSTALLATION_ID, Stack  # noqa: E402
 from service.store import Store  # noqa: E402
 
 

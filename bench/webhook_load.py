@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
-from service.sandbox.deliveries import pull_request_event, signed
-from service.sandbox.stack import Stack
+from service.devkit.sandbox.deliveries import pull_request_event, signed
+from service.devkit.sandbox.stack import Stack
 from service.store import Store
 
 REPO = {"full_name": "bench/zoo", "repo_id": 1, "clone_url": "https://github.com/bench/zoo.git",

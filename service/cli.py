@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "sandbox":
-        from service.sandbox.main import run_sandbox
+        from service.devkit.sandbox.main import run_sandbox
 
         return run_sandbox(args.dir, keep_running=args.keep_running)
     if args.command == "web":
@@ -102,8 +102,8 @@ def _build_images(names: list[str], local_base: bool, rebuild_base: bool, if_cha
 
 def _check_config(path: Path) -> int:
     import suites
-    from service.planning import builtin_suites
-    from service.repo_config import parse_repo_config
+    from service.jobs.planning import builtin_suites
+    from service.jobs.repo_config import parse_repo_config
 
     text = path.read_text() if path.exists() else None
     parsed = parse_repo_config(text, builtin_suites(Path(suites.__file__).parent))

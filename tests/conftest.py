@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from service.config import Settings
-from service.github_emulator import GitHubEmulator
-from service.sandbox.stack import APP_ID, app_keypair, free_port, wait_for_port
+from service.devkit.github_emulator import GitHubEmulator
+from service.devkit.sandbox.stack import APP_ID, app_keypair, free_port, wait_for_port
 
 
 @pytest.fixture(scope="session")

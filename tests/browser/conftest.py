@@ -8,11 +8,11 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from service.app import create_app
 from service.config import Settings
-from service.github_emulator import GitHubEmulator
-from service.github_emulator.oauth import CLIENT_ID, CLIENT_SECRET
+from service.devkit.github_emulator import GitHubEmulator
+from service.devkit.github_emulator.oauth import CLIENT_ID, CLIENT_SECRET
 from service.store import Store
+from service.web.app import create_app
 from tests.conftest import make_settings
 
 

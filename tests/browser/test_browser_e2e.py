@@ -14,12 +14,12 @@ import pytest
 from playwright import sync_api
 from werkzeug.serving import make_server
 
-from service.app import create_app
 from service.config import Settings
-from service.github_emulator import GitHubEmulator
-from service.github_emulator.oauth import SESSION_COOKIE
-from service.sandbox.stack import free_port
+from service.devkit.github_emulator import GitHubEmulator
+from service.devkit.github_emulator.oauth import SESSION_COOKIE
+from service.devkit.sandbox.stack import free_port
 from service.store import Store, utcnow
+from service.web.app import create_app
 from suites.naming import sanitise_nodeid
 from tests.browser.conftest import browser_settings
 from tests.browser.seed import SeededTest, seed_job, seed_run, write_log

@@ -14,8 +14,8 @@ import requests
 from flask.testing import FlaskClient
 
 from service.config import Settings
-from service.github_emulator import GitHubEmulator
-from service.github_emulator.oauth import SESSION_COOKIE
+from service.devkit.github_emulator import GitHubEmulator
+from service.devkit.github_emulator.oauth import SESSION_COOKIE
 from service.store import Store
 from suites.naming import sanitise_nodeid
 from tests.browser.seed import SeededTest, many_tests, seed_job, seed_run

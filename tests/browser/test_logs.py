@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from service.browser import logs
-from service.browser.ansi import AnsiState, line_to_html
+from service.web.browser import logs
+from service.web.browser.ansi import AnsiState, line_to_html
 
 
 @pytest.fixture

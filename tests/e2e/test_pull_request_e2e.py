@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from service.github_emulator import GitHubEmulator
-from service.sandbox.main import FULL_NAME, open_sample_pull_requests, wait_for_check_runs
-from service.sandbox.stack import Stack
+from service.devkit.github_emulator import GitHubEmulator
+from service.devkit.sandbox.main import FULL_NAME, open_sample_pull_requests, wait_for_check_runs
+from service.devkit.sandbox.stack import Stack
 
 pytestmark = pytest.mark.e2e
 

@@ -18,13 +18,13 @@ from urllib.parse import urlsplit
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from service.app import create_app
 from service.config import Settings
-from service.github_emulator import GitHubEmulator
-from service.sandbox.deliveries import check_run_event, issue_comment_event, pull_request_event, signed
-from service.sandbox.sample_repo import commit_file
-from service.sandbox.stack import APP_ID, INSTALLATION_ID
-from service.tasks import create_worker_celery
+from service.devkit.github_emulator import GitHubEmulator
+from service.devkit.sandbox.deliveries import check_run_event, issue_comment_event, pull_request_event, signed
+from service.devkit.sandbox.sample_repo import commit_file
+from service.devkit.sandbox.stack import APP_ID, INSTALLATION_ID
+from service.jobs.tasks import create_worker_celery
+from service.web.app import create_app
 from tests.conftest import make_settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from flask.testing import FlaskClient
 
-from service.app import create_app
 from service.config import Settings
 from service.store import Job, NewRun, Store, TestRecord
+from service.web.app import create_app
 from suites.naming import sanitise_nodeid
 
 EVIL = "correctness/test_x.py::test_name[<script>alert(1)</script>]"

@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from service.app import create_app
 from service.config import Settings
-from service.github_emulator import GitHubEmulator
-from service.sandbox.deliveries import pull_request_event, signed
-from service.sandbox.sample_repo import commit_file
-from service.sandbox.stack import INSTALLATION_ID
+from service.devkit.github_emulator import GitHubEmulator
+from service.devkit.sandbox.deliveries import pull_request_event, signed
+from service.devkit.sandbox.sample_repo import commit_file
+from service.devkit.sandbox.stack import INSTALLATION_ID
+from service.jobs.tasks import create_worker_celery
 from service.store import Store, job_id_of_external
-from service.tasks import create_worker_celery
+from service.web.app import create_app
 
 FULL_NAME = "octo/widgets"
 TINY_SUITE = '''

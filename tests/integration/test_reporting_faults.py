@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from service import reporting
 from service.celery_app import create_celery
 from service.config import Settings
-from service.github_api import GoneError, TransientGitHubError
-from service.github_emulator import GitHubEmulator
-from service.pipeline import WorkerContext
-from service.sandbox.stack import INSTALLATION_ID
+from service.devkit.github_emulator import GitHubEmulator
+from service.devkit.sandbox.stack import INSTALLATION_ID
+from service.github import reporting
+from service.github.api import GoneError, TransientGitHubError
+from service.jobs.pipeline import WorkerContext
+from service.jobs.tasks import build_context
 from service.store import Job, NewRun, TestRecord, utcnow
-from service.tasks import build_context
 
 REPO = "octo/faults"
 SHA = "c" * 40

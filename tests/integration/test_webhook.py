@@ -10,10 +10,10 @@ import pytest
 import redis
 from flask.testing import FlaskClient
 
-from service.app import create_app
 from service.config import Settings
-from service.sandbox.deliveries import fixture, pull_request_event, push_event, signed
+from service.devkit.sandbox.deliveries import fixture, pull_request_event, push_event, signed
 from service.store import Store
+from service.web.app import create_app
 
 SECRET = "test-webhook-secret"
 REPO = {"full_name": "octo/zoo", "repo_id": 99, "clone_url": "https://github.com/octo/zoo.git", "installation_id": 7}

@@ -12,15 +12,15 @@ import pytest
 import redis
 from flask.testing import FlaskClient
 
-from service.app import create_app
 from service.celery_app import create_celery
 from service.config import Settings
-from service.github_emulator import GitHubEmulator
-from service.pipeline import plan_run, run_job
-from service.reaper import reap
-from service.sandbox.deliveries import fixture, issue_comment_event, pull_request_event, signed
+from service.devkit.github_emulator import GitHubEmulator
+from service.devkit.sandbox.deliveries import fixture, issue_comment_event, pull_request_event, signed
+from service.jobs.pipeline import plan_run, run_job
+from service.jobs.reaper import reap
+from service.jobs.tasks import build_context
 from service.store import Job, Store, utcnow
-from service.tasks import build_context
+from service.web.app import create_app
 
 REPO = {"full_name": "octo/zoo", "repo_id": 99, "clone_url": "https://github.com/octo/zoo.git", "installation_id": 7}
 

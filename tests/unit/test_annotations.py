@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from service.annotations import MAX_ANNOTATIONS, locate_in_checkout
-from service.checks import render_check_run
+from service.github.annotations import MAX_ANNOTATIONS, locate_in_checkout
+from service.github.checks import render_check_run
 from service.store import Job, Run, TestResult
 
 ROOT = "/var/ci/jobs/abc-repo-cpu/src"

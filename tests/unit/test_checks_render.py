@@ -2,7 +2,7 @@
 
 from datetime import datetime
 
-from service.checks import MAX_TEXT, render_check_run, truncate
+from service.github.checks import MAX_TEXT, render_check_run, truncate
 from service.store import Job, Run, TestResult
 
 URL = "http://ci.example.test/jobs/abc-correctness-cpu"

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from service.commands import Command, Invalid, parse_comment, select_jobs
+from service.github.commands import Command, Invalid, parse_comment, select_jobs
 
 
 def _summary(body: str) -> list[tuple[str, ...]]:

@@ -21,8 +21,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from service.github_emulator import GitHubEmulator, OpenAPISpec, locate_spec, routes
-from service.github_emulator.spec import SPEC_ENV, to_json_schema
+from service.devkit.github_emulator import GitHubEmulator, OpenAPISpec, locate_spec, routes
+from service.devkit.github_emulator.spec import SPEC_ENV, to_json_schema
 
 APP_ID = 4242
 INSTALLATION_ID = 7
@@ -420,7 +420,7 @@ def test_main_serves_until_sigterm(public_pem: bytes, tmp_path: Path) -> None:
     key_file = tmp_path / "app.pem"
     key_file.write_bytes(public_pem)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    command = [sys.executable, "-m", "service.github_emulator", "--port", "0", "--app-id", str(APP_ID),
+    command = [sys.executable, "-m", "service.devkit.github_emulator", "--port", "0", "--app-id", str(APP_ID),
                "--public-key-file", str(key_file)]
     with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT) as process:
         assert process.stdout is not None

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from service.junit import JUnitError, parse_junit
+from service.jobs.junit import JUnitError, parse_junit
 
 XML = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" errors="1" failures="1" skipped="1" tests="4">

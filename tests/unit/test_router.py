@@ -2,7 +2,7 @@
 
 import pytest
 
-from service.router import BadPayload, Event, Outcome, Router, field
+from service.intake.router import BadPayload, Event, Outcome, Router, field
 
 
 def _router(calls: list[str], name: str, event: str, *actions: str) -> Router:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from service.signature import InvalidSignature, sign, verify_signature
+from service.intake.signature import InvalidSignature, sign, verify_signature
 
 BODY = b'{"action": "opened"}'
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.trust import author_is_trusted, may_command
+from service.github.trust import author_is_trusted, may_command
 
 
 @pytest.mark.parametrize(("association", "trusted"), [

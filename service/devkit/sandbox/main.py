@@ -1,0 +1,116 @@
+"""`compile-ci sandbox`: two pull requests of a sample repository, end to end, against the emulator."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from service.devkit.github_emulator import GitHubEmulator
+from service.devkit.sandbox.deliveries import pull_request_event, signed
+from service.devkit.sandbox.sample_repo import SampleRepo, create_sample_repo
+from service.devkit.sandbox.stack import INSTALLATION_ID, Stack
+
+FULL_NAME = "sandbox/model-zoo"
+REPO_ID = 700001
+
+
+def post_webhook(stack: Any, event: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    headers, body = signed(stack.webhook_secret, event, payload)
+    request = urllib.request.Request(stack.web_url + "/webhook", data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        text = response.read()
+        return response.status, json.loads(text) if text else {}
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, what: str, poll_s: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(poll_s)
+
+
+def _history(check_run: dict[str, Any]) -> str:
+    return " → ".join(GitHubEmulator.status_sequence(check_run))
+
+
+def print_check_runs(check_runs: list[dict[str, Any]], pulls: dict[str, int]) -> None:
+    for run in sorted(check_runs, key=lambda r: (pulls.get(r["head_sha"], 0), r["name"])):
+        print(f"PR #{pulls.get(run['head_sha'], '?')}  {run['name']:<22} {run['conclusion'] or run['status']:<10} "
+              f"{run['output'].get('title') or ''}")
+        print(f"      {_history(run)}")
+        print(f"      {run['details_url']}")
+        for line in (run["output"].get("summary") or "").splitlines():
+            if line.startswith("- `"):
+                print(f"      failing: {line[2:]}")
+
+
+def open_sample_pull_requests(
+    stack: Any, prepare: Callable[[SampleRepo], None] | None = None
+) -> tuple[SampleRepo, dict[str, int]]:
+    """Create the sample repository on the emulated GitHub and open its two pull requests. ``stack`` is anything
+    with ``root``, ``emulator``, ``webhook_secret`` and ``web_url``; ``prepare`` runs on the repository first."""
+    repo = create_sample_repo(stack.root / "repos" / FULL_NAME)
+    if prepare is not None:
+        prepare(repo)
+    stack.emulator.add_repo(FULL_NAME)
+    stack.emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
+    pulls = {repo.good_sha: 1, repo.buggy_sha: 2}
+    for number, sha, branch in ((1, repo.good_sha, "add-residual-norm"), (2, repo.buggy_sha, "add-counting-scale")):
+        stack.emulator.add_pull(FULL_NAME, number, sha, branch, "main", "octocat", "OWNER")
+        payload = pull_request_event(
+            "opened", full_name=FULL_NAME, repo_id=REPO_ID, clone_url=f"https://github.com/{FULL_NAME}.git",
+            installation_id=INSTALLATION_ID, number=number, head_sha=sha, head_ref=branch, base_sha=repo.base_sha,
+        )
+        status, answer = post_webhook(stack, "pull_request", payload)
+        print(f"  POST /webhook pull_request.opened PR #{number} -> {status} {answer.get('messages')}")
+    return repo, pulls
+
+
+def wait_for_check_runs(stack: Stack, count: int, timeout_s: float) -> list[dict[str, Any]]:
+    def all_completed() -> bool:
+        stack.check_alive()
+        runs = stack.emulator.check_runs(FULL_NAME)
+        return len(runs) >= count and all(r["status"] == "completed" for r in runs)
+
+    wait_until(all_completed, timeout_s, "the check runs to complete")
+    return stack.emulator.check_runs(FULL_NAME)
+
+
+def run_sandbox(root: Path | None = None, keep_running: bool = False, timeout_s: float = 900.0) -> int:
+    root = root or Path(tempfile.mkdtemp(prefix="compile-ci-sandbox-"))
+    started = time.monotonic()
+    print(f"compile-ci sandbox in {root}")
+    with Stack(root) as stack:
+        print(f"  web service  {stack.web_url}\n  GitHub emulator  {stack.emulator.url}\n  redis  {stack.redis_url}")
+        repo, pulls = open_sample_pull_requests(stack)
+        check_runs = wait_for_check_runs(stack, 4, timeout_s)
+        print("\nCheck runs on GitHub (emulated):")
+        print_check_runs(check_runs, pulls)
+        ok = _as_expected(check_runs, repo.good_sha, repo.buggy_sha) and not stack.emulator.errors
+        for error in stack.emulator.errors:
+            print(f"  emulator error: {error}")
+        print(f"\n{'OK' if ok else 'UNEXPECTED'}: PR #1 passes, PR #2 fails on its buggy model "
+              f"({time.monotonic() - started:.0f} s). Logs of every process are in {root}.")
+        if keep_running:
+            print(f"Browse {stack.web_url}/ ; Ctrl-C stops everything.")
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                pass
+    return 0 if ok else 1
+
+
+def _as_expected(check_runs: list[dict[str, Any]], good_sha: str, buggy_sha: str) -> bool:
+    cpu = {r["head_sha"]: r for r in check_runs if r["name"] == "correctness (cpu)"}
+    return (
+        cpu.get(good_sha, {}).get("conclusion") == "success"
+        and cpu.get(buggy_sha, {}).get("conclusion") == "failure"
+        and "counting_scale" in (cpu[buggy_sha]["output"].get("summary") or "")
+    )

@@ -1,0 +1,139 @@
+"""Check-run rendering: a job's state and results -> what GitHub shows (pure, with GitHub's limits)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from service.github.annotations import MAX_ANNOTATIONS, annotation
+from service.store import APPROVAL_SUITE, Job, Run, TestResult
+
+MAX_TEXT = 65_535
+MAX_LISTED_FAILURES = 20
+RERUN_ACTION = {"label": "Re-run", "description": "Run this job again", "identifier": "rerun"}
+RERUN_CONCLUSIONS = ("failure", "timed_out", "cancelled")
+
+
+@dataclass(frozen=True)
+class CheckRunView:
+    name: str
+    head_sha: str
+    external_id: str
+    details_url: str
+    status: str  # queued | in_progress | completed
+    title: str
+    summary: str
+    conclusion: str | None = None
+    text: str = ""
+    # Every annotation of the job; the reporter sends them 50 per request (GitHub appends them).
+    annotations: list[dict[str, Any]] = field(default_factory=list)
+    actions: list[dict[str, str]] = field(default_factory=list)
+
+    def output(self, annotations: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+        out: dict[str, Any] = {"title": self.title, "summary": self.summary}
+        if self.text:
+            out["text"] = self.text
+        if annotations:
+            out["annotations"] = list(annotations)
+        return out
+
+    @property
+    def digest(self) -> str:
+        """What GitHub shows of this view, so an identical report is not sent twice."""
+        shown = "\0".join([self.status, self.conclusion or "", self.title, self.summary, self.text])
+        return hashlib.sha256(shown.encode()).hexdigest()
+
+
+def truncate(text: str, limit: int, link: str) -> str:
+    """Cut `text` to fit `limit` characters, ending with a pointer to the full version."""
+    if len(text) <= limit:
+        return text
+    tail = f"\n\n… truncated; the full text is at {link}"
+    return text[: limit - len(tail)] + tail
+
+
+def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url: str) -> CheckRunView:
+    base = {"name": job.check_name, "head_sha": run.head_sha, "external_id": job.external_id,
+            "details_url": job_url}
+    if job.state == "queued":
+        title = job.title or "Queued"
+        return CheckRunView(status="queued", title=title, summary=f"Waiting for a {job.device} runner.", **base)
+    if job.state == "running":
+        return CheckRunView(status="in_progress", title=_progress_title(job), summary=_progress(job, job_url),
+                            **base)
+    if job.suite == APPROVAL_SUITE:
+        return CheckRunView(status="completed", conclusion=job.conclusion or "action_required", title=job.title,
+                            summary=job.detail, **base)
+    failures = [r for r in results if r.outcome in ("failed", "error")]
+    summary = _summary(job, failures, job_url)
+    text = truncate(_failure_text(failures), MAX_TEXT - 1, job_url + "/log")
+    conclusion = job.conclusion or "neutral"
+    return CheckRunView(
+        status="completed", conclusion=conclusion, title=job.title or _title(job),
+        summary=truncate(summary, MAX_TEXT - 1, job_url), text=text, **base,
+        annotations=[_annotation(job, r) for r in failures[:MAX_ANNOTATIONS]],
+        actions=[RERUN_ACTION] if conclusion in RERUN_CONCLUSIONS else [],
+    )
+
+
+def _progress_title(job: Job) -> str:
+    if job.progress_total:
+        return f"Running: {job.progress_done} / {job.progress_total} tests"
+    return "Running"
+
+
+def _progress(job: Job, job_url: str) -> str:
+    lines = [f"Running `{job.suite}` on {job.device} (attempt {job.attempt})."]
+    if job.progress_total:
+        lines.append(f"{job.progress_done} of {job.progress_total} tests done.")
+    if job.progress_current:
+        lines.append(f"Now running `{job.progress_current[:300]}`.")
+    lines.append(f"[Live log]({job_url})")
+    return "\n\n".join(lines)
+
+
+def _annotation(job: Job, result: TestResult) -> dict[str, Any]:
+    """At the failing line of the repository's code when the traceback reaches it, else at the test."""
+    message = f"{result.nodeid}: {_first_line(result.message)}"
+    details = (result.details or result.message).strip()
+    if result.repo_path:
+        return annotation(result.repo_path, result.repo_line, f"{job.check_name} failed here", message, details)
+    path = result.file or result.nodeid.split("::")[0]
+    return annotation(path, result.line, f"{job.check_name}: {result.nodeid}", message, details)
+
+
+def _title(job: Job) -> str:
+    parts = [f"{job.passed} passed", f"{job.failed + job.errors} failed", f"{job.skipped} skipped"]
+    return ", ".join(parts)
+
+
+def _summary(job: Job, failures: Sequence[TestResult], job_url: str) -> str:
+    duration = f"{job.duration_s:.1f} s" if job.duration_s is not None else "–"
+    lines = []
+    if job.detail:
+        lines += [job.detail, ""]
+    lines += [
+        "| suite | device | passed | failed | skipped | duration | torch | runner |",
+        "|---|---|---:|---:|---:|---:|---|---|",
+        f"| {job.suite} | {job.device} | {job.passed} | {job.failed + job.errors} | {job.skipped} | {duration} "
+        f"| {job.torch_version or '–'} | {job.runner or '–'} |",
+    ]
+    if failures:
+        lines += ["", "**Failing tests**", ""]
+        lines += [f"- `{r.nodeid}`: {_first_line(r.message)}" for r in failures[:MAX_LISTED_FAILURES]]
+        if len(failures) > MAX_LISTED_FAILURES:
+            lines.append(f"- … and {len(failures) - MAX_LISTED_FAILURES} more")
+    lines += ["", f"[Log, test results and generated code]({job_url})"]
+    return "\n".join(lines)
+
+
+def _failure_text(failures: Sequence[TestResult]) -> str:
+    blocks = [f"### {r.nodeid}\n\n```\n{(r.details or r.message).strip()[:8000]}\n```" for r in failures]
+    return "\n\n".join(blocks)
+
+
+def _first_line(message: str) -> str:
+    line = message.strip().splitlines()[0] if message.strip() else "failed"
+    return line[:200].replace("|", "\\|")

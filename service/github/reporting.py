@@ -1,0 +1,69 @@
+"""Reporting a job to GitHub: one check run per job generation, created once, never moved back from completed."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from service.github.annotations import MAX_PER_REQUEST
+from service.github.api import GoneError
+from service.github.checks import CheckRunView, render_check_run
+from service.store import Job, Run
+
+if TYPE_CHECKING:
+    from service.jobs.pipeline import WorkerContext
+
+log = logging.getLogger(__name__)
+
+
+def report_job(ctx: WorkerContext, job_id: str) -> None:
+    # One report of a job at a time, so a slow in_progress PATCH can never land after completed.
+    with ctx.claims.report_lock(job_id):
+        job = ctx.store.get_job(job_id)
+        run = ctx.store.get_run(job.run_id) if job else None
+        if job is None or run is None:
+            return
+        if ctx.store.is_uninstalled(run.repo_full_name):
+            log.info("report_job %s: %s is no longer installed; not reporting", job_id, run.repo_full_name)
+            return
+        results = ctx.store.results_of(job.id, job.attempt) if job.state == "completed" else []
+        view = render_check_run(run, job, results, ctx.job_url(job.id))
+        try:
+            if job.reported != "completed" and view.digest != job.reported_digest:
+                job = _send_status(ctx, run, job, view)
+            if job is not None and view.status == "completed":
+                _send_remaining_annotations(ctx, run, job, view)
+        except GoneError as exc:
+            log.info("report_job %s: %s; not reporting further", job_id, exc)
+            ctx.store.record_report(job_id, job.rerun if job else 0, reported="completed")
+
+
+def _send_status(ctx: WorkerContext, run: Run, job: Job, view: CheckRunView) -> Job | None:
+    """Create or PATCH the check run with the view's status and the first annotations; the updated row."""
+    first = view.annotations[:MAX_PER_REQUEST] if view.status == "completed" else []
+    check_run_id = job.check_run_id
+    if check_run_id is None:
+        # A create GitHub applied but answered with an error has left a check run we do not know: find it.
+        check_run_id = ctx.github.find_check_run(run.installation_id, run.repo_full_name, view)
+        if check_run_id is None:
+            check_run_id = ctx.github.create_check_run(run.installation_id, run.repo_full_name, view, first)
+        else:
+            ctx.github.update_check_run(run.installation_id, run.repo_full_name, check_run_id, view, first)
+    else:
+        ctx.github.update_check_run(run.installation_id, run.repo_full_name, check_run_id, view, first)
+    saved = ctx.store.record_report(job.id, job.rerun, check_run_id=check_run_id, reported=view.status,
+                                    reported_digest=view.digest, annotations_sent=len(first))
+    # Re-run meanwhile: this was the previous generation's last word; the new one gets its own check run.
+    return ctx.store.get_job(job.id) if saved else None
+
+
+def _send_remaining_annotations(ctx: WorkerContext, run: Run, job: Job, view: CheckRunView) -> None:
+    """GitHub takes 50 annotations per request and appends each batch, so the rest go in later PATCHes."""
+    sent = job.annotations_sent
+    while job.check_run_id is not None and sent < len(view.annotations):
+        batch = view.annotations[sent:sent + MAX_PER_REQUEST]
+        ctx.github.update_check_run(run.installation_id, run.repo_full_name, job.check_run_id, view, batch,
+                                    output_only=True)
+        sent += len(batch)
+        if not ctx.store.record_report(job.id, job.rerun, annotations_sent=sent):
+            return

@@ -1,0 +1,37 @@
+"""Pushes to the default branch: the baseline every pull request is later compared against."""
+
+from __future__ import annotations
+
+from service.intake.handlers.deps import HandlerDeps
+from service.intake.router import Event, Outcome, Router, field
+from service.store import NewRun
+
+router = Router()
+NULL_SHA = "0" * 40
+
+
+@router.register("push")
+def default_branch_pushed(event: Event, deps: HandlerDeps) -> Outcome:
+    payload = event.payload
+    ref = field(payload, "ref", str)
+    default_branch = field(payload, "repository.default_branch", str)
+    after = field(payload, "after", str)
+    if ref != f"refs/heads/{default_branch}":
+        return Outcome(f"push to {ref}: only the default branch ({default_branch}) is checked")
+    if payload.get("deleted") or after == NULL_SHA:
+        return Outcome("branch deleted: nothing to check")
+    new = NewRun(
+        repo_full_name=field(payload, "repository.full_name", str),
+        repo_id=field(payload, "repository.id", int),
+        installation_id=field(payload, "installation.id", int),
+        clone_url=field(payload, "repository.clone_url", str),
+        private=bool(payload["repository"].get("private", False)),
+        trigger="push",
+        trigger_ref=ref,
+        pr_number=None,
+        branch=default_branch,
+        head_sha=after,
+        sender=field(payload, "sender.login", str),
+    )
+    run = deps.start_run(new)
+    return Outcome(f"run {run.id} for {new.repo_full_name}@{default_branch} at {after[:12]}", run.id)

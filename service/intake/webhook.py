@@ -1,0 +1,55 @@
+"""POST /webhook: verify, parse, dedupe, route. Never calls GitHub: slow work is queued."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from service.intake.router import BadPayload, Event, Router
+from service.intake.signature import InvalidSignature, verify_signature
+
+log = logging.getLogger(__name__)
+blueprint = Blueprint("webhook", __name__)
+
+
+@blueprint.post("/webhook")
+def receive() -> tuple[Response, int] | Response:
+    wiring = current_app.extensions["compile_ci"]
+    body = request.get_data(cache=False)
+    try:
+        verify_signature(wiring.settings.webhook_secret.reveal(), body, request.headers.get("X-Hub-Signature-256"))
+    except InvalidSignature as exc:
+        return jsonify(error=f"signature: {exc}"), 401
+    name = request.headers.get("X-GitHub-Event", "")
+    delivery_id = request.headers.get("X-GitHub-Delivery", "")
+    if not name or not delivery_id:
+        return jsonify(error="X-GitHub-Event and X-GitHub-Delivery headers are required"), 400
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        return jsonify(error=f"body is not JSON: {exc}"), 400
+    if not isinstance(payload, dict):
+        return jsonify(error="body must be a JSON object"), 400
+    event = Event(name, delivery_id, payload)
+    if name == "ping":
+        return jsonify(message="pong", zen=payload.get("zen")), 200
+    router: Router = wiring.router
+    if not router.handlers_for(event):
+        return Response(status=204)
+    if not wiring.claims.claim_delivery(delivery_id):
+        return jsonify(message="duplicate delivery: already handled", delivery=delivery_id), 200
+    try:
+        outcomes = router.dispatch(event, wiring.handler_deps)
+    except BadPayload as exc:
+        wiring.claims.release_delivery(delivery_id)
+        return jsonify(error=str(exc)), 400
+    except Exception:
+        # Nothing may be lost: un-claim so GitHub's redelivery of this id is processed.
+        wiring.claims.release_delivery(delivery_id)
+        raise
+    for outcome in outcomes:
+        log.info("delivery %s (%s.%s): %s", delivery_id, name, event.action, outcome.message)
+    runs = [o.run_id for o in outcomes if o.run_id]
+    return jsonify(messages=[o.message for o in outcomes], runs=runs), 202

@@ -1,0 +1,97 @@
+"""Celery tasks: thin wrappers that carry ids and call the pipeline, which re-reads the store."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from celery import Celery, Task
+
+import suites
+from runners.checkout import Checkout, CheckoutError
+from runners.local import LocalRunner
+from runners.protocol import Runner
+from service.celery_app import HANDLE_COMMENT, PLAN_RUN, REAP_JOBS, REPORT_JOB, RUN_JOB, CeleryQueue, create_celery
+from service.config import Settings
+from service.github import reporting
+from service.github.api import GitHubApp, GoneError, TransientGitHubError
+from service.jobs import comment_commands, pipeline, reaper
+from service.store import Store
+from service.store.claims import Claims
+
+log = logging.getLogger(__name__)
+RETRY_KW = {"max_retries": 8, "retry_backoff": 2, "retry_backoff_max": 300, "retry_jitter": True}
+
+
+def build_context(settings: Settings, app: Celery, suites_dir: Path | None = None) -> pipeline.WorkerContext:
+    return pipeline.WorkerContext(
+        settings=settings,
+        store=Store(settings.database_url),
+        claims=Claims(settings.redis_url, settings.delivery_ttl_seconds),
+        github=GitHubApp(settings),
+        queue=CeleryQueue(app),
+        runner=select_runner(settings),
+        checkout=Checkout(settings.data_dir / "mirrors"),
+        suites_dir=suites_dir or Path(suites.__file__).parent,
+    )
+
+
+def select_runner(settings: Settings) -> Runner:
+    """COMPILE_CI_RUNNER: docker, local, or auto (docker wherever a Docker engine answers)."""
+    if settings.runner == "local":
+        return LocalRunner(settings.runner_python)
+    # Imported here: a worker that never uses Docker needs neither the SDK nor an engine.
+    from runners.docker_runner import DockerRunner
+
+    docker_runner = DockerRunner({"cpu": settings.runner_image_cpu, "cuda": settings.runner_image_cuda})
+    if settings.runner == "docker" or docker_runner.engine_answers():
+        docker_runner.sweep_leftovers_quietly()
+        return docker_runner
+    log.warning("COMPILE_CI_RUNNER=auto: no Docker engine answers; jobs run with LocalRunner on this host")
+    return LocalRunner(settings.runner_python)
+
+
+def _retry_later(task: Task, exc: TransientGitHubError) -> None:
+    """Honour GitHub's Retry-After / rate-limit reset instead of hammering it."""
+    countdown = exc.retry_after if exc.retry_after is not None else min(300, 2 ** (task.request.retries + 1))
+    raise task.retry(exc=exc, countdown=countdown, max_retries=RETRY_KW["max_retries"])
+
+
+def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> Celery:
+    app = create_celery(settings)
+    ctx = build_context(settings, app, suites_dir)
+
+    @app.task(name=PLAN_RUN, bind=True, shared=False, autoretry_for=(CheckoutError,), **RETRY_KW)
+    def plan_run(self: Task, run_id: str) -> None:
+        try:
+            pipeline.plan_run(ctx, run_id)
+        except TransientGitHubError as exc:
+            _retry_later(self, exc)
+
+    @app.task(name=RUN_JOB, bind=True, shared=False)
+    def run_job(self: Task, job_id: str) -> None:
+        pipeline.run_job(ctx, job_id)
+
+    @app.task(name=REPORT_JOB, bind=True, shared=False)
+    def report_job(self: Task, job_id: str) -> None:
+        try:
+            reporting.report_job(ctx, job_id)
+        except TransientGitHubError as exc:
+            _retry_later(self, exc)
+
+    @app.task(name=HANDLE_COMMENT, bind=True, shared=False)
+    def handle_comment(self: Task, request: dict[str, Any]) -> None:
+        try:
+            comment_commands.handle_comment(ctx, request)
+        except TransientGitHubError as exc:
+            _retry_later(self, exc)
+        except GoneError as exc:  # the pull request or repository went away meanwhile
+            log.info("handle_comment on %s#%s: %s", request.get("repo"), request.get("number"), exc)
+
+    @app.task(name=REAP_JOBS, bind=True, shared=False)
+    def reap_jobs(self: Task) -> None:
+        reaper.reap(ctx)
+
+    app.conf.compile_ci_context = ctx
+    return app

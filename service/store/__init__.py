@@ -1,0 +1,21 @@
+"""The store (rows and queries in SQL) and the claims (Redis): the only modules that talk to a database."""
+
+from service.store.rows import (
+    APPROVAL_CHECK,
+    APPROVAL_SUITE,
+    Artifact,
+    InstalledRepo,
+    Job,
+    NewRun,
+    Run,
+    TestRecord,
+    TestResult,
+    job_id_for,
+    job_id_of_external,
+    run_id_for,
+    utcnow,
+)
+from service.store.store import Store
+
+__all__ = ["APPROVAL_CHECK", "APPROVAL_SUITE", "Artifact", "InstalledRepo", "Job", "NewRun", "Run", "Store",
+           "TestRecord", "TestResult", "job_id_for", "job_id_of_external", "run_id_for", "utcnow"]

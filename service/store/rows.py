@@ -1,0 +1,198 @@
+"""The store's rows: runs, jobs, test results, artifacts and installed repositories, and their deterministic ids."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+APPROVAL_SUITE = "approval"  # the one job of a run that waits for /ok-to-test
+APPROVAL_CHECK = "compile-ci: approval"
+RERUN_SEP = "#"
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Run(Base):
+    """One head sha of one PR (or one push to the default branch) being checked."""
+
+    __tablename__ = "runs"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    repo_full_name: Mapped[str] = mapped_column(String(200), index=True)
+    repo_id: Mapped[int] = mapped_column(Integer)
+    installation_id: Mapped[int] = mapped_column(Integer)
+    clone_url: Mapped[str] = mapped_column(String(500))
+    private: Mapped[bool] = mapped_column(default=False)
+    trigger: Mapped[str] = mapped_column(String(40))  # pull_request | push
+    pr_number: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
+    branch: Mapped[str] = mapped_column(String(300), default="")
+    head_sha: Mapped[str] = mapped_column(String(40), index=True)
+    sender: Mapped[str] = mapped_column(String(100), default="")
+    author: Mapped[str] = mapped_column(String(100), default="")
+    # trusted: runs at once | waiting: an untrusted author, nothing runs | approved: /ok-to-test for this sha
+    gate: Mapped[str] = mapped_column(String(20), default="trusted")
+    approved_by: Mapped[str] = mapped_column(String(100), default="")
+    cancelled_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    state: Mapped[str] = mapped_column(String(20), default="planning")  # planning | planned
+    config_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class Job(Base):
+    """One (suite, device) of a run: one check run on GitHub."""
+
+    __tablename__ = "jobs"
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
+    suite: Mapped[str] = mapped_column(String(50))
+    device: Mapped[str] = mapped_column(String(10))
+    timeout_s: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    # Re-runs asked for (/rerun, the Re-run button): each one is reported as a new check run.
+    rerun: Mapped[int] = mapped_column(Integer, default=0)
+    state: Mapped[str] = mapped_column(String(20), default="queued")  # queued | running | completed
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    infra_failures: Mapped[int] = mapped_column(Integer, default=0)
+    progress_done: Mapped[int] = mapped_column(Integer, default=0)
+    progress_total: Mapped[int] = mapped_column(Integer, default=0)
+    progress_current: Mapped[str] = mapped_column(Text, default="")
+    conclusion: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    title: Mapped[str] = mapped_column(Text, default="")
+    detail: Mapped[str] = mapped_column(Text, default="")
+    passed: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[int] = mapped_column(Integer, default=0)
+    skipped: Mapped[int] = mapped_column(Integer, default=0)
+    errors: Mapped[int] = mapped_column(Integer, default=0)
+    torch_version: Mapped[str] = mapped_column(String(60), default="")
+    runner: Mapped[str] = mapped_column(String(60), default="")
+    check_run_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reported: Mapped[str] = mapped_column(String(20), default="")  # last status sent to GitHub
+    reported_digest: Mapped[str] = mapped_column(String(64), default="")  # of the last output sent
+    annotations_sent: Mapped[int] = mapped_column(Integer, default=0)
+    queued_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+    @property
+    def duration_s(self) -> float | None:
+        if self.started_at and self.finished_at:
+            return (self.finished_at - self.started_at).total_seconds()
+        return None
+
+    @property
+    def check_name(self) -> str:
+        return APPROVAL_CHECK if self.suite == APPROVAL_SUITE else f"{self.suite} ({self.device})"
+
+    @property
+    def external_id(self) -> str:
+        # The first check run of a job carries the job id; each re-run is a new check run, told apart by
+        # its number so a lookup by external_id finds this generation's run and never an older one.
+        return f"{self.id}{RERUN_SEP}{self.rerun}" if self.rerun else self.id
+
+
+def job_id_of_external(external_id: str) -> str:
+    return external_id.split(RERUN_SEP, 1)[0]
+
+
+class InstalledRepo(Base):
+    """Repositories the App was added to or removed from (installation and installation_repositories events)."""
+
+    __tablename__ = "installed_repos"
+    full_name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    installation_id: Mapped[int] = mapped_column(Integer)
+    installed: Mapped[bool] = mapped_column(default=True)
+    changed_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+
+
+class TestResult(Base):
+    __tablename__ = "test_results"
+    __test__ = False  # not a pytest class
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    nodeid: Mapped[str] = mapped_column(Text)
+    outcome: Mapped[str] = mapped_column(String(10))  # passed | failed | error | skipped
+    duration_s: Mapped[float] = mapped_column(Float, default=0.0)
+    message: Mapped[str] = mapped_column(Text, default="")
+    details: Mapped[str] = mapped_column(Text, default="")
+    file: Mapped[str] = mapped_column(Text, default="")
+    line: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    metrics: Mapped[dict | None] = mapped_column(JSON, nullable=True)
+    # Where the failure is in the repository's own code (from the traceback), for the check run annotation.
+    repo_path: Mapped[str] = mapped_column(Text, default="")
+    repo_line: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class Artifact(Base):
+    __tablename__ = "artifacts"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(Text)  # relative to the attempt's artifact directory
+    size: Mapped[int] = mapped_column(Integer)
+
+
+def run_id_for(repo_full_name: str, trigger_ref: str, head_sha: str) -> str:
+    """Deterministic, so a redelivered webhook maps onto the run it already created."""
+    digest = hashlib.sha256(f"{repo_full_name}\0{trigger_ref}\0{head_sha}".encode()).hexdigest()
+    return digest[:16]
+
+
+def job_id_for(run_id: str, suite: str, device: str) -> str:
+    return f"{run_id}-{suite}-{device}"
+
+
+@dataclass(frozen=True)
+class NewRun:
+    repo_full_name: str
+    repo_id: int
+    installation_id: int
+    clone_url: str
+    private: bool
+    trigger: str
+    trigger_ref: str  # "pr/<n>" or "refs/heads/<branch>": what makes two runs of one sha distinct
+    pr_number: int | None
+    branch: str
+    head_sha: str
+    sender: str
+    author: str = ""
+    gate: str = "trusted"
+
+    @property
+    def run_id(self) -> str:
+        return run_id_for(self.repo_full_name, self.trigger_ref, self.head_sha)
+
+
+@dataclass(frozen=True)
+class TestRecord:
+    __test__ = False
+    nodeid: str
+    outcome: str
+    duration_s: float
+    message: str = ""
+    details: str = ""
+    file: str = ""
+    line: int | None = None
+    metrics: dict | None = None
+    repo_path: str = ""
+    repo_line: int | None = None
+
+

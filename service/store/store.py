@@ -1,0 +1,200 @@
+"""Store: rows and queries in SQLAlchemy (SQLite by default, PostgreSQL in deploy).
+
+State fields of runs and jobs (state, gate, conclusion, attempt, ...) are written only by service.jobs.lifecycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import create_engine, delete, event, select, update
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+from service.store.rows import Artifact, Base, InstalledRepo, Job, NewRun, Run, TestRecord, TestResult, utcnow
+
+
+class Store:
+    def __init__(self, database_url: str) -> None:
+        if database_url.startswith("sqlite:///"):
+            Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.engine: Engine = create_engine(database_url, future=True)
+        if self.engine.dialect.name == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        try:
+            Base.metadata.create_all(self.engine)
+        except OperationalError:
+            # Another process (web, a worker) created the tables between our check and our CREATE.
+            Base.metadata.create_all(self.engine)
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        with self._sessions.begin() as session:
+            yield session
+
+    def create_run_if_absent(self, new: NewRun) -> tuple[Run, bool]:
+        try:
+            with self.session() as s:
+                existing = s.get(Run, new.run_id)
+                if existing is not None:
+                    return existing, False
+                fields = {k: v for k, v in new.__dict__.items() if k != "trigger_ref"}
+                run = Run(id=new.run_id, **fields)
+                s.add(run)
+            return run, True
+        except IntegrityError:  # a concurrent delivery of the same event won the insert
+            with self.session() as s:
+                return s.get_one(Run, new.run_id), False
+
+    def get_run(self, run_id: str) -> Run | None:
+        with self.session() as s:
+            return s.get(Run, run_id)
+
+    def get_job(self, job_id: str) -> Job | None:
+        with self.session() as s:
+            return s.get(Job, job_id)
+
+    def jobs_of(self, run_id: str) -> list[Job]:
+        with self.session() as s:
+            return list(s.scalars(select(Job).where(Job.run_id == run_id).order_by(Job.suite, Job.device)))
+
+    def recent_runs(self, limit: int = 50) -> list[Run]:
+        with self.session() as s:
+            return list(s.scalars(select(Run).order_by(Run.created_at.desc()).limit(limit)))
+
+    def add_jobs_if_absent(self, jobs: Iterable[Job]) -> None:
+        with self.session() as s:
+            for job in jobs:
+                if s.get(Job, job.id) is None:
+                    s.add(job)
+
+    def update_run(self, run_id: str, **fields: object) -> None:
+        with self.session() as s:
+            run = s.get_one(Run, run_id)
+            for key, value in fields.items():
+                setattr(run, key, value)
+
+    def update_job(self, job_id: str, **fields: object) -> Job:
+        with self.session() as s:
+            job = s.get_one(Job, job_id)
+            for key, value in fields.items():
+                setattr(job, key, value)
+            return job
+
+    def start_attempt(self, job_id: str, runner: str) -> Job | None:
+        """Move a queued (or crashed-while-running) job to running with a new attempt number."""
+        with self.session() as s:
+            job = s.get(Job, job_id, with_for_update=True)
+            if job is None or job.state == "completed":
+                return None
+            job.attempt += 1
+            job.state = "running"
+            job.runner = runner
+            job.started_at = utcnow()
+            job.finished_at = None
+            return job
+
+    def runs_of_pr(self, repo_full_name: str, pr_number: int) -> list[Run]:
+        with self.session() as s:
+            query = select(Run).where(Run.repo_full_name == repo_full_name, Run.pr_number == pr_number)
+            return list(s.scalars(query.order_by(Run.created_at)))
+
+    def runs_at_sha(self, repo_full_name: str, head_sha: str) -> list[Run]:
+        with self.session() as s:
+            query = select(Run).where(Run.repo_full_name == repo_full_name, Run.head_sha == head_sha)
+            return list(s.scalars(query.order_by(Run.created_at)))
+
+    def jobs_in_state(self, *states: str) -> list[Job]:
+        with self.session() as s:
+            return list(s.scalars(select(Job).where(Job.state.in_(states))))
+
+    def cancel_job(self, job_id: str, reason: str) -> str | None:
+        """'cancelled' (it was queued), 'requested' (running: its runner stops it) or None (already done).
+
+        Conditional updates, not read-then-write: a worker may start the job between our read and our write.
+        """
+        done = {"state": "completed", "conclusion": "cancelled", "title": "Cancelled", "detail": reason,
+                "finished_at": utcnow()}
+        with self.session() as s:
+            if s.execute(update(Job).where(Job.id == job_id, Job.state == "queued").values(**done)).rowcount:
+                return "cancelled"
+            running = update(Job).where(Job.id == job_id, Job.state == "running", ~Job.cancel_requested)
+            if s.execute(running.values(cancel_requested=True, detail=reason)).rowcount:
+                return "requested"
+        return None
+
+    def reset_for_rerun(self, job_id: str) -> Job | None:
+        """A completed job becomes queued again as a new re-run (a new check run); None if it is not done."""
+        fresh = {"rerun": Job.rerun + 1, "state": "queued", "conclusion": None, "title": "", "detail": "",
+                 "passed": 0, "failed": 0, "skipped": 0, "errors": 0, "check_run_id": None, "reported": "",
+                 "reported_digest": "", "annotations_sent": 0, "cancel_requested": False, "infra_failures": 0,
+                 "progress_done": 0, "progress_total": 0, "progress_current": "", "queued_at": utcnow(),
+                 "started_at": None, "finished_at": None}
+        with self.session() as s:
+            if not s.execute(update(Job).where(Job.id == job_id, Job.state == "completed").values(**fresh)).rowcount:
+                return None
+            return s.get(Job, job_id, populate_existing=True)
+
+    def record_report(self, job_id: str, rerun: int, **fields: object) -> bool:
+        """Save what was sent to GitHub, unless the job was re-run meanwhile (that is another check run)."""
+        with self.session() as s:
+            return bool(s.execute(update(Job).where(Job.id == job_id, Job.rerun == rerun).values(**fields)).rowcount)
+
+    def approve_run(self, run_id: str, approver: str) -> bool:
+        """Waiting -> approved, once: two `/ok-to-test` at the same moment plan the run once."""
+        fields = {"gate": "approved", "approved_by": approver, "state": "planning"}
+        with self.session() as s:
+            return bool(s.execute(update(Run).where(Run.id == run_id, Run.gate == "waiting").values(**fields)).rowcount)
+
+    def set_installed(self, full_name: str, installation_id: int, installed: bool) -> None:
+        with self.session() as s:
+            row = s.get(InstalledRepo, full_name)
+            if row is None:
+                s.add(InstalledRepo(full_name=full_name, installation_id=installation_id, installed=installed))
+            else:
+                row.installation_id, row.installed, row.changed_at = installation_id, installed, utcnow()
+
+    def repos_of_installation(self, installation_id: int) -> list[str]:
+        with self.session() as s:
+            query = select(InstalledRepo.full_name).where(InstalledRepo.installation_id == installation_id)
+            return list(s.scalars(query))
+
+    def is_uninstalled(self, full_name: str) -> bool:
+        """True only for a removal we recorded: repositories installed before we kept records still run."""
+        with self.session() as s:
+            row = s.get(InstalledRepo, full_name)
+            return row is not None and not row.installed
+
+    def replace_results(self, job_id: str, attempt: int, records: Iterable[TestRecord]) -> None:
+        with self.session() as s:
+            s.execute(delete(TestResult).where(TestResult.job_id == job_id, TestResult.attempt == attempt))
+            s.add_all(TestResult(job_id=job_id, attempt=attempt, **r.__dict__) for r in records)
+
+    def results_of(self, job_id: str, attempt: int) -> list[TestResult]:
+        with self.session() as s:
+            query = select(TestResult).where(TestResult.job_id == job_id, TestResult.attempt == attempt)
+            return list(s.scalars(query.order_by(TestResult.id)))
+
+    def replace_artifacts(self, job_id: str, attempt: int, files: Iterable[tuple[str, int]]) -> None:
+        with self.session() as s:
+            s.execute(delete(Artifact).where(Artifact.job_id == job_id, Artifact.attempt == attempt))
+            s.add_all(Artifact(job_id=job_id, attempt=attempt, path=p, size=n) for p, n in files)
+
+    def artifacts_of(self, job_id: str, attempt: int) -> list[Artifact]:
+        with self.session() as s:
+            query = select(Artifact).where(Artifact.job_id == job_id, Artifact.attempt == attempt)
+            return list(s.scalars(query.order_by(Artifact.path)))
+
+
+def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
+    # WAL lets the web process read while a worker writes; busy_timeout makes concurrent writers
+    # (several gunicorn workers, several Celery workers) wait instead of failing.
+    cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()

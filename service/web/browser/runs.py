@@ -1,0 +1,47 @@
+"""The runs list (filtered, paginated) and a run's suite × device grid."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from flask import Blueprint, render_template, request
+
+from service.web.browser import queries
+from service.web.browser.access import readable_private_repos, wiring
+from service.web.browser.lookup import load_run
+
+blueprint = Blueprint("runs", __name__)
+
+
+def _filter_from_query() -> queries.RunFilter:
+    args = request.args
+    pr = args.get("pr", "").strip().lstrip("#")
+    status = args.get("status", "")
+    return queries.RunFilter(
+        repo=args.get("repo", "").strip(), pr=int(pr) if pr.isdigit() else None, branch=args.get("branch", "").strip(),
+        sha=args.get("sha", "").strip(), status=status if status in queries.STATUSES else "",
+    )
+
+
+@blueprint.get("/")
+def runs() -> str:
+    wanted = _filter_from_query()
+    page = request.args.get("page", "1")
+    found = queries.runs_page(wiring().store, wanted, int(page) if page.isdigit() else 1, readable_private_repos())
+    kept = {k: v for k, v in request.args.items() if k != "page" and v}
+
+    def page_url(number: int) -> str:
+        return "/?" + urlencode({**kept, "page": number})
+
+    return render_template("runs.html", found=found, wanted=wanted, statuses=queries.STATUSES, page_url=page_url)
+
+
+@blueprint.get("/runs/<run_id>")
+def run_page(run_id: str) -> str:
+    run = load_run(run_id)
+    jobs = wiring().store.jobs_of(run.id)
+    suites = sorted({job.suite for job in jobs})
+    devices = sorted({job.device for job in jobs})
+    grid = {(job.suite, job.device): job for job in jobs}
+    return render_template("run.html", run=run, suites=suites, devices=devices, grid=grid,
+                           github=wiring().settings.github_web_url)

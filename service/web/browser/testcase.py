@@ -1,0 +1,67 @@
+"""A test of a job: each compiled graph's generated code (highlighted), compile metrics, repro, history chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flask import Blueprint, render_template
+from markupsafe import Markup
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import PythonLexer
+
+from service.store import Job, Run
+from service.web.browser import charts, queries
+from service.web.browser.jobs import read_metrics
+from service.web.browser.lookup import load_job, test_dir, wiring
+from suites.naming import sanitise_nodeid
+
+blueprint = Blueprint("testcase", __name__)
+CODE_INLINE_LIMIT = 128 * 1024  # highlighted HTML is ~10x the source
+
+
+def _code_files(directory: Path) -> list[Path]:
+    def graph_number(path: Path) -> int:
+        suffix = path.stem.rsplit("_", 1)[-1]
+        return int(suffix) if suffix.isdigit() else 0
+
+    return sorted(directory.glob("output_code_*.py"), key=graph_number)
+
+
+def _highlighted(path: Path, formatter: HtmlFormatter) -> tuple[Markup, bool]:
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        shown = handle.read(CODE_INLINE_LIMIT + 1)
+    cut = len(shown) > CODE_INLINE_LIMIT
+    # Pygments escapes the source; the Markup only marks its (safe) HTML output.
+    return Markup(highlight(shown[:CODE_INLINE_LIMIT], PythonLexer(), formatter)), cut
+
+
+def _history_chart(run: Run, job: Job, nodeid: str) -> tuple[Markup, int]:
+    points = queries.history_of_test(wiring().store, run, job, nodeid)
+    compile_times: list[float | None] = []
+    for point in points:
+        folder = wiring().settings.artifacts_dir / point.run_id / point.job_id / str(point.attempt)
+        value = read_metrics(folder / "tests" / sanitise_nodeid(nodeid)).get("compile_time_s")
+        compile_times.append(float(value) if isinstance(value, int | float) else None)
+    labels = [f"{p.head_sha[:8]} {p.created_at:%Y-%m-%d %H:%M} {p.outcome}" for p in points]
+    series = [charts.Series("duration", [p.duration_s for p in points]), charts.Series("compile time", compile_times)]
+    return charts.line_chart(labels, series), len(points)
+
+
+@blueprint.get("/jobs/<job_id>/tests/<name>")
+def test_page(job_id: str, name: str) -> str:
+    run, job, directory = load_job(job_id)
+    folder = test_dir(directory, name)
+    metrics = read_metrics(folder)
+    nodeid = str(metrics.get("nodeid") or "")
+    if not nodeid:  # an older artifact without metrics: find the node id among the job's results
+        results = wiring().store.results_of(job.id, job.attempt)
+        nodeid = next((r.nodeid for r in results if sanitise_nodeid(r.nodeid) == name), name)
+    formatter = HtmlFormatter(linenos="table", cssclass="code")
+    codes = [(path.name, *_highlighted(path, formatter)) for path in _code_files(folder)]
+    repro_path = folder / "repro.py"
+    repro = repro_path.read_text(errors="replace")[:CODE_INLINE_LIMIT] if repro_path.is_file() else ""
+    chart, points = _history_chart(run, job, nodeid)
+    return render_template("test.html", run=run, job=job, name=name, nodeid=nodeid, metrics=metrics, codes=codes,
+                           repro=repro, chart=chart, points=points,
+                           pygments_css=Markup(formatter.get_style_defs(".code")))
