@@ -103,7 +103,7 @@ def _build_images(names: list[str], local_base: bool, rebuild_base: bool, if_cha
 def _check_config(path: Path) -> int:
     import suites
     from service.jobs.planning import builtin_suites
-    from service.jobs.repo_config import parse_repo_config
+    from service.repo_config import parse_repo_config
 
     text = path.read_text() if path.exists() else None
     parsed = parse_repo_config(text, builtin_suites(Path(suites.__file__).parent))

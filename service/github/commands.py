@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-from service.jobs.repo_config import DEVICES
+from service.repo_config import DEVICES
 
 GRAMMAR = """\
 Commands (one per line, at the start of the line):

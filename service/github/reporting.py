@@ -3,20 +3,32 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import Protocol
 
 from service.github.annotations import MAX_PER_REQUEST
-from service.github.api import GoneError
+from service.github.api import GitHubApp, GoneError
 from service.github.checks import CheckRunView, render_check_run
-from service.store import Job, Run
-
-if TYPE_CHECKING:
-    from service.jobs.pipeline import WorkerContext
+from service.store import Job, Run, Store
 
 log = logging.getLogger(__name__)
 
 
-def report_job(ctx: WorkerContext, job_id: str) -> None:
+class ReportLocks(Protocol):
+    def report_lock(self, job_id: str) -> AbstractContextManager[object]: ...
+
+
+class Reporter(Protocol):
+    """What reporting needs of a worker (service.jobs.context.WorkerContext is one): no import of the jobs package."""
+
+    store: Store
+    claims: ReportLocks
+    github: GitHubApp
+
+    def job_url(self, job_id: str) -> str: ...
+
+
+def report_job(ctx: Reporter, job_id: str) -> None:
     # One report of a job at a time, so a slow in_progress PATCH can never land after completed.
     with ctx.claims.report_lock(job_id):
         job = ctx.store.get_job(job_id)
@@ -38,7 +50,7 @@ def report_job(ctx: WorkerContext, job_id: str) -> None:
             ctx.store.record_report(job_id, job.rerun if job else 0, reported="completed")
 
 
-def _send_status(ctx: WorkerContext, run: Run, job: Job, view: CheckRunView) -> Job | None:
+def _send_status(ctx: Reporter, run: Run, job: Job, view: CheckRunView) -> Job | None:
     """Create or PATCH the check run with the view's status and the first annotations; the updated row."""
     first = view.annotations[:MAX_PER_REQUEST] if view.status == "completed" else []
     check_run_id = job.check_run_id
@@ -57,7 +69,7 @@ def _send_status(ctx: WorkerContext, run: Run, job: Job, view: CheckRunView) -> 
     return ctx.store.get_job(job.id) if saved else None
 
 
-def _send_remaining_annotations(ctx: WorkerContext, run: Run, job: Job, view: CheckRunView) -> None:
+def _send_remaining_annotations(ctx: Reporter, run: Run, job: Job, view: CheckRunView) -> None:
     """GitHub takes 50 annotations per request and appends each batch, so the rest go in later PATCHes."""
     sent = job.annotations_sent
     while job.check_run_id is not None and sent < len(view.annotations):

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from service.github.api import PullHead
 from service.github.commands import GRAMMAR, Command, Invalid, parse_comment, select_jobs
 from service.github.trust import author_is_trusted, may_command
+from service.jobs import lifecycle
+from service.jobs.context import WorkerContext
 from service.jobs.job_control import approve, cancel_run, rerun_jobs
+from service.jobs.lifecycle import Gate
 from service.store import APPROVAL_SUITE, NewRun, Run
-
-if TYPE_CHECKING:
-    from service.jobs.pipeline import WorkerContext
 
 log = logging.getLogger(__name__)
 ACCEPTED_REACTION = "+1"
@@ -63,7 +63,7 @@ def _execute(ctx: WorkerContext, request: dict[str, Any], pull: PullHead, comman
     """None when done, else why not (for the reply)."""
     run, created = _run_for_head(ctx, request, pull)
     if command.verb == "ok-to-test":
-        if run.gate == "trusted":
+        if run.gate == Gate.TRUSTED:
             return "nothing to approve: the author's pull requests run without approval."
         if not approve(ctx.store, ctx.queue, run, request["commenter"]):
             return f"{pull.head_sha[:12]} is already approved."
@@ -71,7 +71,7 @@ def _execute(ctx: WorkerContext, request: dict[str, Any], pull: PullHead, comman
     if command.verb == "cancel":
         stopped = cancel_run(ctx.store, ctx.queue, run, f"Cancelled by @{request['commenter']} with `/cancel`.")
         return None if stopped else "nothing is queued or running for the head commit."
-    if run.gate == "waiting":
+    if run.gate == Gate.WAITING:
         return f"{pull.head_sha[:12]} has not been approved yet: comment `/ok-to-test` first."
     if created:
         return None  # a run we just made runs everything anyway
@@ -80,7 +80,7 @@ def _execute(ctx: WorkerContext, request: dict[str, Any], pull: PullHead, comman
     if not chosen:
         names = ", ".join(sorted({j.check_name for j in jobs})) or "none yet"
         return f"no job matches (jobs of {pull.head_sha[:12]}: {names})."
-    ctx.store.update_run(run.id, cancelled_reason=None)
+    lifecycle.resume_run(ctx.store, run.id)
     reruns = rerun_jobs(ctx.store, ctx.queue, ctx.settings.devices, chosen)
     if reruns.started:
         return None
@@ -94,7 +94,7 @@ def _run_for_head(ctx: WorkerContext, request: dict[str, Any], pull: PullHead) -
                  private=request["private"], trigger="pull_request", trigger_ref=f"pr/{request['number']}",
                  pr_number=request["number"], branch=pull.head_ref, head_sha=pull.head_sha,
                  sender=request["commenter"], author=pull.author,
-                 gate="trusted" if author_is_trusted(pull.association) else "waiting")
+                 gate=Gate.TRUSTED if author_is_trusted(pull.association) else Gate.WAITING)
     run, created = ctx.store.create_run_if_absent(new)
     if created:
         ctx.queue.plan_run(run.id)

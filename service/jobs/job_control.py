@@ -9,20 +9,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
 
+from service.jobs import lifecycle
+from service.jobs.context import JobQueue
+from service.jobs.lifecycle import Cancel, JobState
 from service.store import APPROVAL_SUITE, Job, Run, Store
 
 log = logging.getLogger(__name__)
-
-
-class JobQueue(Protocol):
-    def plan_run(self, run_id: str) -> None: ...
-
-    def run_job(self, job_id: str, device: str) -> None: ...
-
-    def report_job(self, job_id: str) -> None: ...
-
 
 @dataclass
 class Reruns:
@@ -38,7 +31,7 @@ def rerun_jobs(store: Store, queue: JobQueue, devices: tuple[str, ...], jobs: It
         if reason is not None:
             outcome.skipped.append((job, reason))
             continue
-        fresh = store.reset_for_rerun(job.id)
+        fresh = lifecycle.rerun(store, job.id)
         if fresh is None:  # it finished being re-run between our read and the write
             outcome.skipped.append((job, "it is already queued or running"))
             continue
@@ -51,7 +44,7 @@ def rerun_jobs(store: Store, queue: JobQueue, devices: tuple[str, ...], jobs: It
 def _not_rerunnable(store: Store, devices: tuple[str, ...], job: Job) -> str | None:
     if job.suite == APPROVAL_SUITE:
         return "approval is given with `/ok-to-test`"
-    if job.state != "completed":
+    if job.state != JobState.COMPLETED:
         return "it is already queued or running"
     if job.device not in devices:
         return f"this deployment has no {job.device} runner"
@@ -64,15 +57,15 @@ def _not_rerunnable(store: Store, devices: tuple[str, ...], job: Job) -> str | N
 def cancel_run(store: Store, queue: JobQueue, run: Run, reason: str) -> list[Job]:
     """Stop a run's queued and running jobs: queued ones complete as cancelled here, running ones when their
     runner sees the flag (it polls about once a second). A run still being planned gets no jobs at all."""
-    store.update_run(run.id, cancelled_reason=reason)
+    lifecycle.mark_run_cancelled(store, run.id, reason)
     stopped = []
     for job in store.jobs_of(run.id):
         if job.suite == APPROVAL_SUITE:
             continue
-        what = store.cancel_job(job.id, reason)
+        what = lifecycle.cancel(store, job.id, reason)
         if what is not None:
             stopped.append(job)
-        if what == "cancelled":
+        if what == Cancel.CANCELLED:
             queue.report_job(job.id)
     if stopped:
         log.info("run %s: cancelled %d job(s): %s", run.id, len(stopped), reason)
@@ -81,7 +74,7 @@ def cancel_run(store: Store, queue: JobQueue, run: Run, reason: str) -> list[Job
 
 def approve(store: Store, queue: JobQueue, run: Run, approver: str) -> bool:
     """`/ok-to-test`: this run (one head sha) may run; False when it was not waiting."""
-    if not store.approve_run(run.id, approver):
+    if not lifecycle.approve(store, run.id, approver):
         return False
     queue.plan_run(run.id)
     return True

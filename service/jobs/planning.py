@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.jobs.repo_config import DEVICES, RepoConfig
+from service.repo_config import DEVICES, RepoConfig
 
 
 @dataclass(frozen=True)

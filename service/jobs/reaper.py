@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
+from service.jobs import lifecycle
+from service.jobs.context import WorkerContext
+from service.jobs.lifecycle import JobState
 from service.store import Job, utcnow
 
-if TYPE_CHECKING:
-    from service.jobs.pipeline import WorkerContext
-
 log = logging.getLogger(__name__)
-LOST_TITLE = "Infrastructure error — not a test failure"
 
 
 def reap(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
@@ -25,14 +23,14 @@ def reap(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
     now = now or utcnow()
     grace = timedelta(seconds=ctx.settings.reaper_grace_seconds)
     did: list[str] = []
-    for job in ctx.store.jobs_in_state("completed"):
-        if job.reported != "completed" and job.finished_at and job.finished_at + grace <= now:
+    for job in ctx.store.jobs_in_state(JobState.COMPLETED):
+        if job.reported != JobState.COMPLETED and job.finished_at and job.finished_at + grace <= now:
             ctx.queue.report_job(job.id)
             did.append(f"{job.id}: finished but never reported; reporting it")
-    for job in ctx.store.jobs_in_state("running", "queued"):
+    for job in ctx.store.jobs_in_state(JobState.RUNNING, JobState.QUEUED):
         if job.device not in ctx.settings.devices:
             continue
-        since = job.started_at if job.state == "running" and job.started_at else job.queued_at
+        since = job.started_at if job.state == JobState.RUNNING and job.started_at else job.queued_at
         if since + timedelta(seconds=job.timeout_s) + grace > now:
             continue
         did.append(_overdue(ctx, job))
@@ -44,18 +42,14 @@ def reap(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
 def _overdue(ctx: WorkerContext, job: Job) -> str:
     if ctx.claims.lease_holder(job.id) is not None:
         # Its worker is alive but the runner did not stop it at the time limit: ask it to.
-        ctx.store.cancel_job(job.id, "Stopped by the reaper: still running long after its time limit.")
+        lifecycle.cancel(ctx.store, job.id, "Stopped by the reaper: still running long after its time limit.")
         return f"{job.id}: alive past its time limit; asked its runner to stop"
-    if job.state == "queued" or job.infra_failures == 0:
+    if job.state == JobState.QUEUED or job.infra_failures == 0:
         # Never started (lost message) or its worker died: one more go, the same as an infrastructure retry.
-        fields: dict[str, object] = {"state": "queued", "queued_at": utcnow()}
-        if job.state == "running":
-            fields |= {"infra_failures": job.infra_failures + 1, "title": "Retrying: its worker was lost"}
-        ctx.store.update_job(job.id, **fields)
-        ctx.queue.run_job(job.id, job.device)
-        ctx.queue.report_job(job.id)
+        if lifecycle.requeue_lost(ctx.store, job, "Retrying: its worker was lost"):
+            ctx.queue.run_job(job.id, job.device)
+            ctx.queue.report_job(job.id)
         return f"{job.id}: {job.state} past its time limit with no worker; re-queued"
-    ctx.store.update_job(job.id, state="completed", conclusion="failure", title=LOST_TITLE, finished_at=utcnow(),
-                         detail="The worker running this job was lost twice; see the deployment's worker logs.")
+    lifecycle.give_up_lost(ctx.store, job, "The worker running this job was lost twice; see the worker logs.")
     ctx.queue.report_job(job.id)
     return f"{job.id}: its worker was lost again; completed as an infrastructure failure"

@@ -16,7 +16,8 @@ from service.celery_app import HANDLE_COMMENT, PLAN_RUN, REAP_JOBS, REPORT_JOB, 
 from service.config import Settings
 from service.github import reporting
 from service.github.api import GitHubApp, GoneError, TransientGitHubError
-from service.jobs import comment_commands, pipeline, reaper
+from service.jobs import comment_commands, pipeline, reaper, run_planning
+from service.jobs.context import WorkerContext
 from service.store import Store
 from service.store.claims import Claims
 
@@ -24,8 +25,8 @@ log = logging.getLogger(__name__)
 RETRY_KW = {"max_retries": 8, "retry_backoff": 2, "retry_backoff_max": 300, "retry_jitter": True}
 
 
-def build_context(settings: Settings, app: Celery, suites_dir: Path | None = None) -> pipeline.WorkerContext:
-    return pipeline.WorkerContext(
+def build_context(settings: Settings, app: Celery, suites_dir: Path | None = None) -> WorkerContext:
+    return WorkerContext(
         settings=settings,
         store=Store(settings.database_url),
         claims=Claims(settings.redis_url, settings.delivery_ttl_seconds),
@@ -65,7 +66,7 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
     @app.task(name=PLAN_RUN, bind=True, shared=False, autoretry_for=(CheckoutError,), **RETRY_KW)
     def plan_run(self: Task, run_id: str) -> None:
         try:
-            pipeline.plan_run(ctx, run_id)
+            run_planning.plan_run(ctx, run_id)
         except TransientGitHubError as exc:
             _retry_later(self, exc)
 

@@ -51,7 +51,7 @@ class Run(Base):
     gate: Mapped[str] = mapped_column(String(20), default="trusted")
     approved_by: Mapped[str] = mapped_column(String(100), default="")
     cancelled_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
-    state: Mapped[str] = mapped_column(String(20), default="planning")  # planning | planned
+    state: Mapped[str] = mapped_column(String(20), default="planning")  # lifecycle.RunState
     config_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
 
@@ -68,7 +68,7 @@ class Job(Base):
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     # Re-runs asked for (/rerun, the Re-run button): each one is reported as a new check run.
     rerun: Mapped[int] = mapped_column(Integer, default=0)
-    state: Mapped[str] = mapped_column(String(20), default="queued")  # queued | running | completed
+    state: Mapped[str] = mapped_column(String(20), default="queued")  # lifecycle.JobState
     cancel_requested: Mapped[bool] = mapped_column(default=False)
     infra_failures: Mapped[int] = mapped_column(Integer, default=0)
     progress_done: Mapped[int] = mapped_column(Integer, default=0)

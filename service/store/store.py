@@ -5,9 +5,10 @@ State fields of runs and jobs (state, gate, conclusion, attempt, ...) are writte
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from sqlalchemy import create_engine, delete, event, select, update
 from sqlalchemy.engine import Engine
@@ -15,6 +16,8 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.store.rows import Artifact, Base, InstalledRepo, Job, NewRun, Run, TestRecord, TestResult, utcnow
+
+Row = TypeVar("Row", Run, Job)
 
 
 class Store:
@@ -72,31 +75,22 @@ class Store:
                 if s.get(Job, job.id) is None:
                     s.add(job)
 
-    def update_run(self, run_id: str, **fields: object) -> None:
-        with self.session() as s:
-            run = s.get_one(Run, run_id)
-            for key, value in fields.items():
-                setattr(run, key, value)
+    def transition(self, model: type[Row], row_id: str, when: Mapping[str, object],
+                   values: Mapping[str, object]) -> Row | None:
+        """One conditional UPDATE of one row: its fresh state when every `when` held, else None.
 
-    def update_job(self, job_id: str, **fields: object) -> Job:
+        Only service.jobs.lifecycle calls this for state fields: a condition in the UPDATE itself (not a read
+        and then a write) is what keeps two workers, or a worker and a webhook, from both winning a race.
+        A tuple in `when` means any of its values.
+        """
+        conditions = [model.id == row_id]
+        for key, expected in when.items():
+            column = getattr(model, key)
+            conditions.append(column.in_(expected) if isinstance(expected, tuple) else column == expected)
         with self.session() as s:
-            job = s.get_one(Job, job_id)
-            for key, value in fields.items():
-                setattr(job, key, value)
-            return job
-
-    def start_attempt(self, job_id: str, runner: str) -> Job | None:
-        """Move a queued (or crashed-while-running) job to running with a new attempt number."""
-        with self.session() as s:
-            job = s.get(Job, job_id, with_for_update=True)
-            if job is None or job.state == "completed":
+            if not s.execute(update(model).where(*conditions).values(**values)).rowcount:
                 return None
-            job.attempt += 1
-            job.state = "running"
-            job.runner = runner
-            job.started_at = utcnow()
-            job.finished_at = None
-            return job
+            return s.get(model, row_id, populate_existing=True)
 
     def runs_of_pr(self, repo_full_name: str, pr_number: int) -> list[Run]:
         with self.session() as s:
@@ -112,43 +106,10 @@ class Store:
         with self.session() as s:
             return list(s.scalars(select(Job).where(Job.state.in_(states))))
 
-    def cancel_job(self, job_id: str, reason: str) -> str | None:
-        """'cancelled' (it was queued), 'requested' (running: its runner stops it) or None (already done).
-
-        Conditional updates, not read-then-write: a worker may start the job between our read and our write.
-        """
-        done = {"state": "completed", "conclusion": "cancelled", "title": "Cancelled", "detail": reason,
-                "finished_at": utcnow()}
-        with self.session() as s:
-            if s.execute(update(Job).where(Job.id == job_id, Job.state == "queued").values(**done)).rowcount:
-                return "cancelled"
-            running = update(Job).where(Job.id == job_id, Job.state == "running", ~Job.cancel_requested)
-            if s.execute(running.values(cancel_requested=True, detail=reason)).rowcount:
-                return "requested"
-        return None
-
-    def reset_for_rerun(self, job_id: str) -> Job | None:
-        """A completed job becomes queued again as a new re-run (a new check run); None if it is not done."""
-        fresh = {"rerun": Job.rerun + 1, "state": "queued", "conclusion": None, "title": "", "detail": "",
-                 "passed": 0, "failed": 0, "skipped": 0, "errors": 0, "check_run_id": None, "reported": "",
-                 "reported_digest": "", "annotations_sent": 0, "cancel_requested": False, "infra_failures": 0,
-                 "progress_done": 0, "progress_total": 0, "progress_current": "", "queued_at": utcnow(),
-                 "started_at": None, "finished_at": None}
-        with self.session() as s:
-            if not s.execute(update(Job).where(Job.id == job_id, Job.state == "completed").values(**fresh)).rowcount:
-                return None
-            return s.get(Job, job_id, populate_existing=True)
-
     def record_report(self, job_id: str, rerun: int, **fields: object) -> bool:
         """Save what was sent to GitHub, unless the job was re-run meanwhile (that is another check run)."""
         with self.session() as s:
             return bool(s.execute(update(Job).where(Job.id == job_id, Job.rerun == rerun).values(**fields)).rowcount)
-
-    def approve_run(self, run_id: str, approver: str) -> bool:
-        """Waiting -> approved, once: two `/ok-to-test` at the same moment plan the run once."""
-        fields = {"gate": "approved", "approved_by": approver, "state": "planning"}
-        with self.session() as s:
-            return bool(s.execute(update(Run).where(Run.id == run_id, Run.gate == "waiting").values(**fields)).rowcount)
 
     def set_installed(self, full_name: str, installation_id: int, installed: bool) -> None:
         with self.session() as s:

@@ -12,6 +12,7 @@ from pathlib import Path
 from service.config import Settings
 from service.store import Job, NewRun, Run, Store, TestRecord, utcnow
 from suites.naming import sanitise_nodeid
+from tests.rows import force_run
 
 GENERATED_CODE = '''# AOT ID: ['0_inference']
 from torch._inductor.codecache import AsyncCompile
@@ -47,7 +48,7 @@ def seed_run(store: Store, *, repo: str = "octo/zoo", pr: int | None = 7, sha: s
         repo_full_name=repo, repo_id=1, installation_id=2, clone_url="file:///nowhere", private=private,
         trigger="pull_request" if pr is not None else "push", trigger_ref=trigger_ref, pr_number=pr,
         branch=branch, head_sha=sha, sender="octocat"))
-    store.update_run(run.id, state="planned", created_at=utcnow() - timedelta(minutes=age_minutes))
+    force_run(store, run.id, state="planned", created_at=utcnow() - timedelta(minutes=age_minutes))
     return store.get_run(run.id) or run
 
 

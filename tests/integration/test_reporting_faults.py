@@ -14,9 +14,10 @@ from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.stack import INSTALLATION_ID
 from service.github import reporting
 from service.github.api import GoneError, TransientGitHubError
-from service.jobs.pipeline import WorkerContext
+from service.jobs.context import WorkerContext
 from service.jobs.tasks import build_context
 from service.store import Job, NewRun, TestRecord, utcnow
+from tests.rows import force_job
 
 REPO = "octo/faults"
 SHA = "c" * 40
@@ -36,7 +37,7 @@ def _job(ctx: WorkerContext, **fields: object) -> Job:
               attempt=1, state="queued", reported="", passed=0, failed=0, skipped=0, errors=0, title="", detail="")
     ctx.store.add_jobs_if_absent([job])
     if fields:
-        ctx.store.update_job(job.id, **fields)
+        force_job(ctx.store, job.id, **fields)
     return job
 
 
@@ -49,7 +50,7 @@ def test_a_create_applied_then_answered_502_is_not_duplicated(ctx: WorkerContext
     (check_run,) = emulator.check_runs(REPO)
     assert check_run["external_id"] == job.id
     assert ctx.store.get_job(job.id).check_run_id == check_run["id"]
-    ctx.store.update_job(job.id, state="completed", conclusion="success", finished_at=utcnow())
+    force_job(ctx.store, job.id, state="completed", conclusion="success", finished_at=utcnow())
     reporting.report_job(ctx, job.id)
     (check_run,) = emulator.check_runs(REPO)
     assert check_run["conclusion"] == "success"
@@ -110,7 +111,7 @@ def test_more_than_50_annotations_go_in_batches(ctx: WorkerContext, emulator: Gi
 def test_a_completed_check_run_is_never_moved_back(ctx: WorkerContext, emulator: GitHubEmulator) -> None:
     job = _job(ctx, state="completed", conclusion="failure", finished_at=utcnow())
     reporting.report_job(ctx, job.id)
-    ctx.store.update_job(job.id, state="running")  # a late, reordered state change
+    force_job(ctx.store, job.id, state="running")  # a late, reordered state change
     reporting.report_job(ctx, job.id)
     (check_run,) = emulator.check_runs(REPO)
     assert [s for s, _ in check_run["history"]] == ["completed"]

@@ -16,11 +16,13 @@ from service.celery_app import create_celery
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import fixture, issue_comment_event, pull_request_event, signed
-from service.jobs.pipeline import plan_run, run_job
+from service.jobs.pipeline import run_job
 from service.jobs.reaper import reap
+from service.jobs.run_planning import plan_run
 from service.jobs.tasks import build_context
 from service.store import Job, Store, utcnow
 from service.web.app import create_app
+from tests.rows import force_job
 
 REPO = {"full_name": "octo/zoo", "repo_id": 99, "clone_url": "https://github.com/octo/zoo.git", "installation_id": 7}
 
@@ -126,7 +128,7 @@ def test_reaper_requeues_a_job_whose_worker_died_then_fails_it(settings: Setting
     assert reap(ctx, later) == [f"{job_id}: running past its time limit with no worker; re-queued"]
     assert store.get_job(job_id).state == "queued"
     assert ("compile_ci.run_job", [job_id]) in queued(settings, "cpu")
-    store.update_job(job_id, state="running", started_at=utcnow())
+    force_job(store, job_id, state="running", started_at=utcnow())
     (line,) = reap(ctx, utcnow() + timedelta(seconds=60 + settings.reaper_grace_seconds + 1))
     assert "completed as an infrastructure failure" in line
     job = store.get_job(job_id)

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from service.jobs.planning import PlannedJob, builtin_suites, plan_jobs
-from service.jobs.repo_config import RepoConfig
+from service.repo_config import RepoConfig
 
 
 def test_one_job_per_suite_and_device_with_the_timeout_capped() -> None:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from service.jobs.repo_config import RepoConfig, parse_repo_config
+from service.repo_config import RepoConfig, parse_repo_config
 
 BUILTIN = ("autograd", "correctness", "freezing")
 

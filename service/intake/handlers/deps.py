@@ -3,32 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
 
+from service.jobs.context import JobQueue
+from service.jobs.lifecycle import RunState
 from service.store import NewRun, Run, Store
-
-
-class Queue(Protocol):
-    def plan_run(self, run_id: str) -> None: ...
-
-    def run_job(self, job_id: str, device: str) -> None: ...
-
-    def report_job(self, job_id: str) -> None: ...
-
-    def handle_comment(self, request: dict[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True)
 class HandlerDeps:
     store: Store
-    queue: Queue
+    queue: JobQueue
     app_id: int = 0
     devices: tuple[str, ...] = ("cpu", "cuda")
 
     def start_run(self, new: NewRun) -> Run:
         """Create the run once per (repo, PR or branch, sha) and hand it to the planner."""
         run, created = self.store.create_run_if_absent(new)
-        if created or run.state == "planning":
+        if created or run.state == RunState.PLANNING:
             # Planning is idempotent, so re-enqueueing a run that is still planning is harmless
             # and recovers one whose first plan message was lost.
             self.queue.plan_run(run.id)

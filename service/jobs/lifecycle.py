@@ -1,0 +1,209 @@
+"""The job lifecycle's one owner: run and job states, and the named transitions that alone write them.
+
+    run:  planning -> (waiting -> planning) -> planned      gate: trusted | waiting -> approved (one sha)
+    job:  queued -> running -> completed(conclusion)       re-run: completed -> queued, as a new check run
+          running --infrastructure error, once--> queued
+          running|queued --worker or message lost (reaper)--> queued, then completed(failure)
+          queued --superseded, /cancel--> completed(cancelled); running: cancel requested, its worker completes it
+
+Every transition is one conditional UPDATE (Store.transition): when two workers, or a worker and a webhook, race
+for one job, exactly one wins and the other is told so (None / False) instead of overwriting it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from service.store import APPROVAL_SUITE, Job, Run, Store, job_id_for, utcnow
+
+
+class RunState(StrEnum):
+    PLANNING = "planning"  # jobs not known yet (the config is read by the planner)
+    WAITING = "waiting"  # an untrusted author's head: nothing runs until /ok-to-test
+    PLANNED = "planned"  # job rows exist
+
+
+class Gate(StrEnum):
+    TRUSTED = "trusted"
+    WAITING = "waiting"
+    APPROVED = "approved"  # /ok-to-test for this run's head sha only
+
+
+class JobState(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+
+
+class Conclusion(StrEnum):
+    SUCCESS = "success"
+    FAILURE = "failure"
+    NEUTRAL = "neutral"
+    CANCELLED = "cancelled"
+    TIMED_OUT = "timed_out"
+    ACTION_REQUIRED = "action_required"
+
+
+INFRA_TITLE = "Infrastructure error — not a test failure"
+
+
+class Cancel(StrEnum):
+    CANCELLED = "cancelled"  # it was queued: completed now
+    REQUESTED = "requested"  # it is running: its runner stops it within about a second
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an attempt ended, as the check run will say it."""
+
+    conclusion: Conclusion
+    title: str
+    detail: str = ""
+    counts: dict[str, int] = field(default_factory=dict)  # passed / failed / skipped / errors
+    torch_version: str = ""
+
+
+# What a new generation of a job (a re-run: a new check run) starts from.
+_NEW_GENERATION: dict[str, object] = {
+    "conclusion": None, "title": "", "detail": "", "passed": 0, "failed": 0, "skipped": 0, "errors": 0,
+    "check_run_id": None, "reported": "", "reported_digest": "", "annotations_sent": 0, "cancel_requested": False,
+    "infra_failures": 0, "progress_done": 0, "progress_total": 0, "progress_current": "", "started_at": None,
+    "finished_at": None,
+}
+
+
+# --- runs -------------------------------------------------------------------------------------------
+
+
+def new_job(run: Run, suite: str, device: str, timeout_s: int) -> Job:
+    """A queued job row of a run (not stored yet: `plan` stores a run's rows together)."""
+    return Job(id=job_id_for(run.id, suite, device), run_id=run.id, suite=suite, device=device, timeout_s=timeout_s,
+               attempt=0, rerun=0, state=JobState.QUEUED, reported="", passed=0, failed=0, skipped=0, errors=0,
+               title="", detail="", queued_at=utcnow())
+
+
+def settled_at_planning(job: Job, conclusion: Conclusion, title: str, detail: str) -> Job:
+    """A job that is decided before it could run (an invalid config, no runner for its device)."""
+    job.state, job.conclusion, job.title, job.detail, job.finished_at = (
+        JobState.COMPLETED, conclusion, title, detail, utcnow())
+    return job
+
+
+def plan(store: Store, run: Run, jobs: Iterable[Job], config_error: str | None) -> bool:
+    """planning -> planned with its job rows; rows that exist already (a retried plan) are kept."""
+    store.add_jobs_if_absent(jobs)
+    done = store.transition(Run, run.id, {"state": (RunState.PLANNING, RunState.PLANNED)},
+                            {"state": RunState.PLANNED, "config_error": config_error})
+    return done is not None
+
+
+def wait_for_approval(store: Store, run: Run, detail: str) -> Job:
+    """planning -> waiting: one completed `action_required` job stands for the run on GitHub."""
+    job = settled_at_planning(new_job(run, APPROVAL_SUITE, "none", 0), Conclusion.ACTION_REQUIRED,
+                              "Waiting for approval", detail)
+    store.add_jobs_if_absent([job])
+    store.transition(Run, run.id, {"state": RunState.PLANNING}, {"state": RunState.WAITING})
+    return job
+
+
+def approve(store: Store, run_id: str, approver: str) -> bool:
+    """Gate waiting -> approved, once: two `/ok-to-test` at the same moment plan the run once."""
+    done = store.transition(Run, run_id, {"gate": Gate.WAITING},
+                            {"gate": Gate.APPROVED, "approved_by": approver, "state": RunState.PLANNING})
+    return done is not None
+
+
+def record_approval(store: Store, run: Run) -> Job | None:
+    """The waiting check run is followed by a new, green one naming who approved which commit."""
+    values = {**_NEW_GENERATION, "rerun": Job.rerun + 1, "conclusion": Conclusion.SUCCESS,
+              "title": f"Approved by @{run.approved_by}", "finished_at": utcnow(), "queued_at": utcnow(),
+              "detail": f"@{run.approved_by} approved {run.head_sha[:12]} with `/ok-to-test`. "
+                        "A new push needs a new approval."}
+    approval = job_id_for(run.id, APPROVAL_SUITE, "none")
+    return store.transition(Job, approval, {"state": JobState.COMPLETED, "conclusion": Conclusion.ACTION_REQUIRED},
+                            values)
+
+
+def mark_run_cancelled(store: Store, run_id: str, reason: str) -> None:
+    """Its jobs are cancelled one by one (`cancel`); a run still planning gets no jobs at all."""
+    store.transition(Run, run_id, {}, {"cancelled_reason": reason})
+
+
+def resume_run(store: Store, run_id: str) -> None:
+    """A /rerun of a cancelled run: planning and re-runs are allowed again."""
+    store.transition(Run, run_id, {}, {"cancelled_reason": None})
+
+
+# --- jobs -------------------------------------------------------------------------------------------
+
+
+def start(store: Store, job_id: str, runner: str) -> Job | None:
+    """queued (or running, when its previous worker was lost) -> running, as a new attempt."""
+    return store.transition(Job, job_id, {"state": (JobState.QUEUED, JobState.RUNNING)},
+                            {"state": JobState.RUNNING, "attempt": Job.attempt + 1, "runner": runner,
+                             "started_at": utcnow(), "finished_at": None})
+
+
+def record_progress(store: Store, job: Job, done: int, total: int, current: str) -> bool:
+    values = {"progress_done": done, "progress_total": total, "progress_current": current}
+    return store.transition(Job, job.id, {"state": JobState.RUNNING, "attempt": job.attempt}, values) is not None
+
+
+def retry_after_infra_error(store: Store, job: Job, reason: str) -> bool:
+    """running -> queued, once per generation: the runner or the checkout broke, not the pull request."""
+    values = {"state": JobState.QUEUED, "infra_failures": Job.infra_failures + 1, "started_at": None,
+              "title": "Retrying after an infrastructure error", "detail": reason, "queued_at": utcnow()}
+    when = {"state": JobState.RUNNING, "attempt": job.attempt, "infra_failures": 0, "cancel_requested": False}
+    return store.transition(Job, job.id, when, values) is not None
+
+
+def complete(store: Store, job: Job, outcome: Outcome) -> Job | None:
+    """running -> completed, for the attempt that ran: a stale worker never overwrites a newer attempt."""
+    counts = {k: outcome.counts.get(k, 0) for k in ("passed", "failed", "skipped", "errors")}
+    values = {"state": JobState.COMPLETED, "conclusion": outcome.conclusion, "title": outcome.title,
+              "detail": outcome.detail, "finished_at": utcnow(), "torch_version": outcome.torch_version, **counts}
+    return store.transition(Job, job.id, {"state": JobState.RUNNING, "attempt": job.attempt}, values)
+
+
+def cancel(store: Store, job_id: str, reason: str) -> Cancel | None:
+    """A queued job completes as cancelled; a running one is asked to stop; None when it is already done."""
+    done = {"state": JobState.COMPLETED, "conclusion": Conclusion.CANCELLED, "title": "Cancelled", "detail": reason,
+            "finished_at": utcnow()}
+    if store.transition(Job, job_id, {"state": JobState.QUEUED}, done) is not None:
+        return Cancel.CANCELLED
+    asked = store.transition(Job, job_id, {"state": JobState.RUNNING, "cancel_requested": False},
+                             {"cancel_requested": True, "detail": reason})
+    return Cancel.REQUESTED if asked is not None else None
+
+
+def drop(store: Store, job_id: str, reason: str) -> bool:
+    """The App was removed from the repository: completed, with nothing left to tell GitHub."""
+    values = {"state": JobState.COMPLETED, "conclusion": Conclusion.CANCELLED, "title": "Cancelled", "detail": reason,
+              "finished_at": utcnow(), "reported": JobState.COMPLETED}
+    return store.transition(Job, job_id, {"state": (JobState.QUEUED, JobState.RUNNING)}, values) is not None
+
+
+def rerun(store: Store, job_id: str) -> Job | None:
+    """completed -> queued as a new generation (a new check run; the finished one stays as history)."""
+    values = {**_NEW_GENERATION, "rerun": Job.rerun + 1, "state": JobState.QUEUED, "queued_at": utcnow()}
+    return store.transition(Job, job_id, {"state": JobState.COMPLETED}, values)
+
+
+def requeue_lost(store: Store, job: Job, title: str) -> bool:
+    """A job whose worker or message was lost goes back to the queue (a lost running attempt counts as a failure)."""
+    values: dict[str, object] = {"state": JobState.QUEUED, "queued_at": utcnow()}
+    if job.state == JobState.RUNNING:
+        values |= {"infra_failures": Job.infra_failures + 1, "title": title, "started_at": None}
+    when = {"state": job.state, "attempt": job.attempt}
+    return store.transition(Job, job.id, when, values) is not None
+
+
+def give_up_lost(store: Store, job: Job, detail: str) -> bool:
+    """Lost twice: completed as an infrastructure failure, so no check run stays in progress forever."""
+    values = {"state": JobState.COMPLETED, "conclusion": Conclusion.FAILURE, "title": INFRA_TITLE, "detail": detail,
+              "finished_at": utcnow()}
+    when = {"state": job.state, "attempt": job.attempt}
+    return store.transition(Job, job.id, when, values) is not None
+

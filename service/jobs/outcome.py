@@ -1,0 +1,97 @@
+"""Judging a finished attempt: the runner's result and the job's junit.xml into test records and an Outcome."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from runners.protocol import RunResult
+from service.github.annotations import locate_in_checkout
+from service.jobs.junit import JUnitError, parse_junit
+from service.jobs.lifecycle import INFRA_TITLE, Conclusion, Outcome
+from service.store import TestRecord
+from suites.naming import sanitise_nodeid
+
+
+@dataclass
+class Attempt:
+    """What one attempt left behind, read from its output directory."""
+
+    records: list[TestRecord] = field(default_factory=list)
+    junit_problem: str | None = None
+    environment: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        count = {k: sum(r.outcome == k for r in self.records) for k in ("passed", "failed", "skipped", "error")}
+        return {"passed": count["passed"], "failed": count["failed"], "skipped": count["skipped"],
+                "errors": count["error"]}
+
+
+def read_attempt(out: Path, roots: list[str], checkout: Path) -> Attempt:
+    """The junit records (with their compile metrics and where a failure sits in the repository's own files)."""
+    attempt = Attempt(environment=read_json(out / "environment.json"))
+    if (out / "junit.xml").exists():
+        try:
+            attempt.records = [_with_metrics(_located(r, roots, checkout), out) for r in parse_junit(out / "junit.xml")]
+        except JUnitError as exc:
+            attempt.junit_problem = str(exc)
+    return attempt
+
+
+def judge(result: RunResult, attempt: Attempt, cancel_reason: str = "") -> Outcome:
+    """The outcomes a maintainer must be able to tell apart."""
+    counts = attempt.counts
+    torch = str(attempt.environment.get("torch_version", ""))
+
+    def outcome(conclusion: Conclusion, title: str, detail: str = "") -> Outcome:
+        return Outcome(conclusion, title, detail, counts, torch)
+
+    failed = counts["failed"] + counts["errors"]
+    if result.infra_error:
+        return outcome(Conclusion.FAILURE, INFRA_TITLE, result.infra_error)
+    if result.cancelled:
+        return outcome(Conclusion.CANCELLED, "Cancelled", cancel_reason or "The job was cancelled before it finished.")
+    if result.timed_out:
+        limit = f"Killed at the job's time limit after {result.duration_s:.0f} s."
+        return outcome(Conclusion.TIMED_OUT, "Timed out", limit)
+    if result.oom:
+        return outcome(Conclusion.FAILURE, "Out of memory", "The job was killed for exceeding its memory limit.")
+    if result.exit_code == 5:
+        return outcome(Conclusion.NEUTRAL, "No tests ran", "pytest collected no tests.")
+    if result.exit_code in (0, 1) and attempt.junit_problem is None:
+        if result.exit_code == 0 and failed == 0:
+            return outcome(Conclusion.SUCCESS, f"{counts['passed']} passed, {counts['skipped']} skipped")
+        return outcome(Conclusion.FAILURE, f"{failed} failed, {counts['passed']} passed, {counts['skipped']} skipped")
+    detail = attempt.junit_problem or "see the log"
+    return outcome(Conclusion.FAILURE, f"pytest exited with code {result.exit_code}",
+                   f"The test run did not complete: {detail}.")
+
+
+def write_meta(out: Path, result: RunResult, runner: str, outcome: Outcome, attempt: Attempt) -> None:
+    meta = {"exit_code": result.exit_code, "duration_s": round(result.duration_s, 3), "runner": runner,
+            "timed_out": result.timed_out, "oom": result.oom, "infra_error": result.infra_error,
+            "conclusion": outcome.conclusion.value, **attempt.environment}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+
+
+def _with_metrics(record: TestRecord, out: Path) -> TestRecord:
+    """The suite plugin's compile metrics of this test, kept in the store so pages need not read thousands of files."""
+    metrics = read_json(out / "tests" / sanitise_nodeid(record.nodeid) / "metrics.json")
+    return replace(record, metrics=metrics) if metrics else record
+
+
+def _located(record: TestRecord, roots: list[str], checkout: Path) -> TestRecord:
+    if record.outcome not in ("failed", "error"):
+        return record
+    where = locate_in_checkout(record.details, [r for r in roots if r], lambda rel: (checkout / rel).is_file())
+    return record if where is None else replace(record, repo_path=where[0], repo_line=where[1])
+
+
+def read_json(path: Path) -> dict[str, object]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

@@ -1,0 +1,88 @@
+"""Planning a run (github queue): read the head's config, create its jobs and their check runs, or wait for approval."""
+
+from __future__ import annotations
+
+import logging
+
+from service.github import reporting
+from service.jobs import lifecycle
+from service.jobs.context import WorkerContext
+from service.jobs.lifecycle import Conclusion, Gate, JobState, RunState
+from service.jobs.planning import PlannedJob, builtin_suites, plan_jobs
+from service.repo_config import CONFIG_FILE, default_config, parse_repo_config
+from service.store import Job, Run
+
+log = logging.getLogger(__name__)
+WAITING_DETAIL = (
+    "Nothing has run: @{author} is not a member or collaborator of this repository, so their code runs only "
+    "after someone with write access has read it and commented `/ok-to-test`. That approves commit {sha} only; "
+    "a later push needs a new approval."
+)
+
+
+def plan_run(ctx: WorkerContext, run_id: str) -> None:
+    run = ctx.store.get_run(run_id)
+    if run is None:
+        log.warning("plan_run: run %s does not exist", run_id)
+        return
+    if dropped(ctx, run):
+        return
+    if run.gate == Gate.WAITING:
+        _await_approval(ctx, run)
+        return
+    if run.state == RunState.PLANNING:
+        _plan(ctx, run)
+    for job in ctx.store.jobs_of(run.id):
+        if job.check_run_id is None:
+            # Created here, before the job can be started: every check run shows "queued" first. A GitHub error
+            # retries this task; jobs whose check run exists are then only (re-)enqueued, which their lease dedupes.
+            reporting.report_job(ctx, job.id)
+        if job.state == JobState.QUEUED:
+            ctx.queue.run_job(job.id, job.device)
+
+
+def dropped(ctx: WorkerContext, run: Run) -> bool:
+    """Work for a repository the App was removed from, or for a head that a newer push replaced, is dropped."""
+    if ctx.store.is_uninstalled(run.repo_full_name):
+        log.info("run %s: %s is no longer installed; dropping its work", run.id, run.repo_full_name)
+        return True
+    if run.cancelled_reason:
+        log.info("run %s: cancelled (%s); not planning it", run.id, run.cancelled_reason)
+        return True
+    return False
+
+
+def _await_approval(ctx: WorkerContext, run: Run) -> None:
+    """One check run says the PR waits for a maintainer; nothing is fetched or run until /ok-to-test."""
+    detail = WAITING_DETAIL.format(author=run.author or "the author", sha=run.head_sha[:12])
+    job = lifecycle.wait_for_approval(ctx.store, run, detail)
+    ctx.queue.report_job(job.id)
+
+
+def _plan(ctx: WorkerContext, run: Run) -> None:
+    suites = builtin_suites(ctx.suites_dir)
+    mirror = ctx.fetch(run)
+    parsed = parse_repo_config(ctx.checkout.read_file(mirror, run.head_sha, CONFIG_FILE), suites)
+    config_error = None
+    if isinstance(parsed, list):
+        # Still one check run per default job, each saying what is wrong: the author sees the error
+        # where the results would have been, and nothing runs on a config we cannot read.
+        config_error = "\n".join(p.render() for p in parsed)
+        parsed = default_config(suites)
+    planned = plan_jobs(parsed, ctx.settings.devices, ctx.settings.max_job_minutes)
+    lifecycle.plan(ctx.store, run, [_job_row(run, p, config_error) for p in planned], config_error)
+    if run.gate == Gate.APPROVED:
+        approval = lifecycle.record_approval(ctx.store, run)
+        if approval is not None:
+            ctx.queue.report_job(approval.id)
+
+
+def _job_row(run: Run, planned: PlannedJob, config_error: str | None) -> Job:
+    job = lifecycle.new_job(run, planned.suite, planned.device, planned.timeout_s)
+    if config_error is not None:
+        return lifecycle.settled_at_planning(job, Conclusion.FAILURE, f"Invalid {CONFIG_FILE}",
+                                             f"Nothing ran: {CONFIG_FILE} has problems.\n\n```\n{config_error}\n```")
+    if planned.skip_reason is not None:
+        return lifecycle.settled_at_planning(job, Conclusion.NEUTRAL, f"Not run: no {planned.device} runner",
+                                             planned.skip_reason)
+    return job

@@ -1,0 +1,24 @@
+"""Test-only: put a row into a given state directly, as an earlier history (or a reordered write) would have left it.
+
+Service code never does this: service.jobs.lifecycle's transitions are the only writers of state fields there.
+"""
+
+from __future__ import annotations
+
+from service.store import Job, Run, Store
+
+
+def force_job(store: Store, job_id: str, **fields: object) -> Job:
+    with store.session() as s:
+        job = s.get_one(Job, job_id)
+        for key, value in fields.items():
+            setattr(job, key, value)
+        return job
+
+
+def force_run(store: Store, run_id: str, **fields: object) -> Run:
+    with store.session() as s:
+        run = s.get_one(Run, run_id)
+        for key, value in fields.items():
+            setattr(run, key, value)
+        return run
