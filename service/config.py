@@ -75,9 +75,9 @@ class Settings:
     delivery_ttl_seconds: int = 7 * 24 * 3600
     # Live progress of a running job is PATCHed at most this often (GitHub's secondary rate limits).
     progress_interval_seconds: int = 10
-    # The reaper (Celery beat) looks this often for jobs past their time limit plus the grace: their
-    # worker died, and without it their check runs would stay in progress forever.
-    reaper_interval_seconds: int = 60
+    # The reaper (Celery beat) looks this often for jobs whose worker died (lapsed lease) or whose message was lost,
+    # so a job is restarted within seconds; and for jobs alive past their time limit plus the grace.
+    reaper_interval_seconds: int = 10
     reaper_grace_seconds: int = 300
     # Sign-in with GitHub for the browser (the App's OAuth client); github.com hosts the OAuth pages.
     github_client_id: str = ""
@@ -200,7 +200,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         max_job_minutes=_int(env, "MAX_JOB_MINUTES", 60, problems),
         delivery_ttl_seconds=_int(env, "DELIVERY_TTL_SECONDS", 7 * 24 * 3600, problems),
         progress_interval_seconds=_int(env, "PROGRESS_INTERVAL_SECONDS", 10, problems),
-        reaper_interval_seconds=_int(env, "REAPER_INTERVAL_SECONDS", 60, problems),
+        reaper_interval_seconds=_int(env, "REAPER_INTERVAL_SECONDS", 10, problems),
         reaper_grace_seconds=_int(env, "REAPER_GRACE_SECONDS", 300, problems, minimum=0),
         github_client_id=client_id,
         github_client_secret=Secret(client_secret),

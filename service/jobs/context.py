@@ -5,6 +5,7 @@ Built once per worker process (service.jobs.tasks.build_context); every task re-
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ class Leases(Protocol):
 
     def lease_holder(self, job_id: str) -> str | None: ...
 
-    def refresh_lease(self, job_id: str, owner: str, ttl_seconds: int) -> None: ...
+    def refresh_lease(self, job_id: str, owner: str, ttl_seconds: int) -> bool: ...
 
     def release_lease(self, job_id: str, owner: str) -> None: ...
 
@@ -45,6 +46,8 @@ class Leases(Protocol):
     def recall(self, key: str) -> str | None: ...
 
     def remember(self, key: str, value: str) -> None: ...
+
+    def pending_tasks(self, queues: tuple[str, ...]) -> Iterator[tuple[str, list[object]]]: ...
 
 
 @dataclass

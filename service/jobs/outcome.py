@@ -13,6 +13,8 @@ from service.jobs.lifecycle import INFRA_TITLE, Conclusion, Outcome
 from service.store import TestRecord
 from suites.naming import sanitise_nodeid
 
+PARTIAL_OUTCOMES = ("passed", "failed", "skipped")
+
 
 @dataclass
 class Attempt:
@@ -34,10 +36,31 @@ def read_attempt(out: Path, roots: list[str], checkout: Path) -> Attempt:
     attempt = Attempt(environment=read_json(out / "environment.json"))
     if (out / "junit.xml").exists():
         try:
-            attempt.records = [_with_metrics(_located(r, roots, checkout), out) for r in parse_junit(out / "junit.xml")]
+            records = parse_junit(out / "junit.xml")
         except JUnitError as exc:
             attempt.junit_problem = str(exc)
+            records = []
+    else:
+        # pytest writes junit.xml at the very end: a job killed for its memory, its time or a crash leaves none,
+        # but the plugin wrote each finished test's metrics.json as it went.
+        records = partial_records(out)
+    attempt.records = [_with_metrics(_located(r, roots, checkout), out) for r in records]
     return attempt
+
+
+def partial_records(out: Path) -> list[TestRecord]:
+    """The tests that finished before the job died. The job wrote these files: only well-formed fields are kept."""
+    records = []
+    for path in sorted((out / "tests").glob("*/metrics.json")):
+        data = read_json(path)
+        nodeid, outcome, duration = data.get("nodeid"), data.get("outcome"), data.get("duration_s", 0.0)
+        if not isinstance(nodeid, str) or outcome not in PARTIAL_OUTCOMES or len(nodeid) > 2000:
+            continue
+        seconds = float(duration) if isinstance(duration, int | float) and duration >= 0 else 0.0
+        records.append(TestRecord(nodeid=nodeid, outcome=str(outcome), duration_s=seconds,
+                                  message="(from the test's own record: the job ended before its junit.xml)"
+                                  if outcome == "failed" else ""))
+    return records
 
 
 def judge(result: RunResult, attempt: Attempt, cancel_reason: str = "") -> Outcome:
@@ -54,10 +77,11 @@ def judge(result: RunResult, attempt: Attempt, cancel_reason: str = "") -> Outco
     if result.cancelled:
         return outcome(Conclusion.CANCELLED, "Cancelled", cancel_reason or "The job was cancelled before it finished.")
     if result.timed_out:
-        limit = f"Killed at the job's time limit after {result.duration_s:.0f} s."
+        limit = f"Killed at the job's time limit after {result.duration_s:.0f} s.{_before(counts)}"
         return outcome(Conclusion.TIMED_OUT, "Timed out", limit)
     if result.oom:
-        return outcome(Conclusion.FAILURE, "Out of memory", "The job was killed for exceeding its memory limit.")
+        return outcome(Conclusion.FAILURE, "Out of memory",
+                       f"The job was killed for exceeding its memory limit.{_before(counts)}")
     if result.exit_code == 5:
         return outcome(Conclusion.NEUTRAL, "No tests ran", "pytest collected no tests.")
     if result.exit_code in (0, 1) and attempt.junit_problem is None:
@@ -66,7 +90,15 @@ def judge(result: RunResult, attempt: Attempt, cancel_reason: str = "") -> Outco
         return outcome(Conclusion.FAILURE, f"{failed} failed, {counts['passed']} passed, {counts['skipped']} skipped")
     detail = attempt.junit_problem or "see the log"
     return outcome(Conclusion.FAILURE, f"pytest exited with code {result.exit_code}",
-                   f"The test run did not complete: {detail}.")
+                   f"The test run did not complete: {detail}.{_before(counts)}")
+
+
+def _before(counts: dict[str, int]) -> str:
+    finished = sum(counts.values())
+    if not finished:
+        return ""
+    return (f" {finished} test(s) finished before it: {counts['passed']} passed, {counts['failed']} failed, "
+            f"{counts['skipped']} skipped.")
 
 
 def write_meta(out: Path, result: RunResult, runner: str, outcome: Outcome, attempt: Attempt) -> None:

@@ -13,11 +13,13 @@ import shutil
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from runners.protocol import RunResult, RunSpec
 from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
+from service.jobs.lease import LEASE_TTL_S, LeaseKeeper
 from service.jobs.lifecycle import JobState
 from service.jobs.outcome import judge, read_attempt, read_json, write_meta
 from service.jobs.planning import builtin_suites
@@ -25,7 +27,6 @@ from service.repo_config import CONFIG_FILE, RepoConfig, parse_repo_config
 from service.store import Job
 
 log = logging.getLogger(__name__)
-LEASE_TTL_S = 60
 
 
 def run_job(ctx: WorkerContext, job_id: str) -> None:
@@ -46,30 +47,36 @@ def run_job(ctx: WorkerContext, job_id: str) -> None:
     if not ctx.claims.acquire_lease(job_id, owner, LEASE_TTL_S):
         log.info("run_job %s: already running elsewhere (lease held)", job_id)
         return
-    retry = False
-    try:
+    with LeaseKeeper(ctx.claims, job_id, owner) as lease:
         started = lifecycle.start(ctx.store, job_id, ctx.runner.name)
         if started is None:
             return
-        ctx.queue.report_job(job_id)
-        retry = _execute(ctx, started, owner)
-    finally:
-        ctx.claims.release_lease(job_id, owner)
+        _tell(ctx.queue.report_job, job_id)
+        retry = _execute(ctx, started, lease)
     if retry:  # only after the lease is gone, or the retry would find it held and drop itself
-        ctx.queue.run_job(job_id, job.device)
-    ctx.queue.report_job(job_id)
+        _tell(ctx.queue.run_job, job_id, job.device)
+    _tell(ctx.queue.report_job, job_id)
+
+
+def _tell(send: Callable[..., None], *args: str) -> None:
+    """A message the broker did not take (Redis down) is not lost work: the reaper finds the job and sends it again."""
+    try:
+        send(*args)
+    except Exception as exc:
+        log.warning("%s%s not sent (the reaper sends it again): %s", getattr(send, "__name__", "message"), args, exc)
 
 
 class _Watch:
-    """The runner's ~1/s callback: keep the lease, publish progress now and then, and say when to cancel."""
+    """The runner's ~1/s callback: publish progress now and then, and say when to stop (cancelled, or lease lost)."""
 
-    def __init__(self, ctx: WorkerContext, job: Job, owner: str, out: Path) -> None:
-        self.ctx, self.job, self.owner, self.out = ctx, job, owner, out
+    def __init__(self, ctx: WorkerContext, job: Job, lease: LeaseKeeper, out: Path) -> None:
+        self.ctx, self.job, self.lease, self.out = ctx, job, lease, out
         self.last_published = time.monotonic()
         self.progress: tuple[int, int, str] | None = None
 
     def __call__(self) -> bool:
-        self.ctx.claims.refresh_lease(self.job.id, self.owner, LEASE_TTL_S)
+        if self.lease.lost:
+            return True
         if time.monotonic() - self.last_published >= self.ctx.settings.progress_interval_seconds:
             self.last_published = time.monotonic()
             self._publish_progress()
@@ -82,10 +89,10 @@ class _Watch:
         if progress != self.progress and progress[1]:
             self.progress = progress
             if lifecycle.record_progress(self.ctx.store, self.job, *progress):
-                self.ctx.queue.report_job(self.job.id)
+                _tell(self.ctx.queue.report_job, self.job.id)
 
 
-def _execute(ctx: WorkerContext, job: Job, owner: str) -> bool:
+def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
     """Run one attempt; True when an infrastructure error earns it one automatic retry."""
     run = ctx.store.get_run(job.run_id)
     assert run is not None
@@ -104,7 +111,7 @@ def _execute(ctx: WorkerContext, job: Job, owner: str) -> bool:
             spec = _spec(ctx, job, config, checkout, out)
             roots = [str(spec.checkout_dir), spec.env.get("COMPILE_CI_CHECKOUT", "")]
             (out / "log.txt").write_text(f"$ {' '.join(spec.command)}\n")
-            result = ctx.runner.run(spec, _Watch(ctx, job, owner, out))
+            result = ctx.runner.run(spec, _Watch(ctx, job, lease, out))
         except Exception as exc:  # the runner or checkout broke, not the PR
             log.exception("job %s: infrastructure error", job.id)
             result = RunResult(None, 0.0, infra_error=f"{type(exc).__name__}: {exc}")

@@ -1,8 +1,12 @@
-"""The reaper (Celery beat, github queue): no job stays queued, running or unreported forever.
+"""The reaper (Celery beat, github queue, every few seconds): no job stays queued, running or unreported forever.
 
-A worker that dies mid-job leaves its job `running` with a lease that lapses; a lost message leaves a job
-`queued` or a finished job unreported. Each pass finds those past their time limit plus a grace period and
-re-queues them once, or completes them as an infrastructure failure, and (re)reports them.
+- A running job whose lease lapsed lost its worker (killed, its host gone): re-queued once, then failed. The lease
+  must be missing on two passes in a row, because a live worker whose lease vanished with a Redis restart takes it
+  again within a quarter of its TTL.
+- A queued job with no message in the broker (lost with a Redis restart, or a send that failed) is sent again; one
+  that merely waits in a backlog has its message there and is left alone.
+- A job still running long past its time limit (its worker alive, its runner not stopping it) is asked to stop.
+- A finished job that was never reported is reported again.
 """
 
 from __future__ import annotations
@@ -10,46 +14,69 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+from service.celery_app import QUEUES, RUN_JOB
 from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
+from service.jobs.lease import LEASE_TTL_S
 from service.jobs.lifecycle import JobState
 from service.store import Job, utcnow
 
 log = logging.getLogger(__name__)
+REPORT_AGAIN_AFTER = timedelta(seconds=30)
+# A job's first message is sent right after its row is written: give it this long to show up in the broker.
+MESSAGE_IN_FLIGHT = timedelta(seconds=2 * LEASE_TTL_S)
 
 
 def reap(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
     """One pass; what it did, one line per job (also logged)."""
     now = now or utcnow()
-    grace = timedelta(seconds=ctx.settings.reaper_grace_seconds)
-    did: list[str] = []
-    for job in ctx.store.jobs_in_state(JobState.COMPLETED):
-        if job.reported != JobState.COMPLETED and job.finished_at and job.finished_at + grace <= now:
-            ctx.queue.report_job(job.id)
-            did.append(f"{job.id}: finished but never reported; reporting it")
+    did = list(_unreported(ctx, now))
+    waiting = {str(args[0]) for task, args in ctx.claims.pending_tasks(QUEUES) if task == RUN_JOB and args}
     for job in ctx.store.jobs_in_state(JobState.RUNNING, JobState.QUEUED):
         if job.device not in ctx.settings.devices:
             continue
-        since = job.started_at if job.state == JobState.RUNNING and job.started_at else job.queued_at
-        if since + timedelta(seconds=job.timeout_s) + grace > now:
-            continue
-        did.append(_overdue(ctx, job))
+        line = _running(ctx, job, now) if job.state == JobState.RUNNING else _queued(ctx, job, now, waiting)
+        if line:
+            did.append(line)
     for line in did:
         log.warning("reaper: %s", line)
     return did
 
 
-def _overdue(ctx: WorkerContext, job: Job) -> str:
+def _unreported(ctx: WorkerContext, now: datetime) -> list[str]:
+    did = []
+    for job in ctx.store.jobs_in_state(JobState.COMPLETED):
+        if job.reported != JobState.COMPLETED and job.finished_at and job.finished_at + REPORT_AGAIN_AFTER <= now:
+            ctx.queue.report_job(job.id)
+            did.append(f"{job.id}: finished but never reported; reporting it")
+    return did
+
+
+def _running(ctx: WorkerContext, job: Job, now: datetime) -> str | None:
     if ctx.claims.lease_holder(job.id) is not None:
+        since = job.started_at or job.queued_at
+        if since + timedelta(seconds=job.timeout_s + ctx.settings.reaper_grace_seconds) > now:
+            return None
         # Its worker is alive but the runner did not stop it at the time limit: ask it to.
         lifecycle.cancel(ctx.store, job.id, "Stopped by the reaper: still running long after its time limit.")
         return f"{job.id}: alive past its time limit; asked its runner to stop"
-    if job.state == JobState.QUEUED or job.infra_failures == 0:
-        # Never started (lost message) or its worker died: one more go, the same as an infrastructure retry.
+    seen_lapsed = f"lease-lapsed:{job.id}:{job.attempt}"
+    if ctx.claims.recall(seen_lapsed) is None:
+        ctx.claims.remember(seen_lapsed, now.isoformat())
+        return None
+    if job.infra_failures == 0:
         if lifecycle.requeue_lost(ctx.store, job, "Retrying: its worker was lost"):
             ctx.queue.run_job(job.id, job.device)
             ctx.queue.report_job(job.id)
-        return f"{job.id}: {job.state} past its time limit with no worker; re-queued"
-    lifecycle.give_up_lost(ctx.store, job, "The worker running this job was lost twice; see the worker logs.")
-    ctx.queue.report_job(job.id)
+        return f"{job.id}: running with its lease lapsed (its worker is gone); re-queued"
+    if lifecycle.give_up_lost(ctx.store, job, "The worker running this job was lost twice; see the worker logs."):
+        ctx.queue.report_job(job.id)
     return f"{job.id}: its worker was lost again; completed as an infrastructure failure"
+
+
+def _queued(ctx: WorkerContext, job: Job, now: datetime, waiting: set[str]) -> str | None:
+    if job.id in waiting or job.queued_at + MESSAGE_IN_FLIGHT > now:
+        return None
+    if lifecycle.requeue_lost(ctx.store, job, ""):
+        ctx.queue.run_job(job.id, job.device)
+    return f"{job.id}: queued with no message in the broker; sent again"

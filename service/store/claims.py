@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import base64
+import json
+import logging
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
 import redis
+
+log = logging.getLogger(__name__)
+# kombu's Redis transport: a queue is a list of that name (plus one list per priority step, the name followed by
+# this separator and the step), and a message a worker took but has not acknowledged sits in the hash `unacked`.
+PRIORITY_SEP = "\x06\x16"
+UNACKED = "unacked"
 
 
 class Claims:
@@ -31,13 +41,25 @@ class Claims:
         value = self._redis.get(f"compile-ci:lease:{job_id}")
         return value.decode() if isinstance(value, bytes) else None
 
-    def refresh_lease(self, job_id: str, owner: str, ttl_seconds: int) -> None:
-        if self.lease_holder(job_id) == owner:
-            self._redis.expire(f"compile-ci:lease:{job_id}", ttl_seconds)
+    def refresh_lease(self, job_id: str, owner: str, ttl_seconds: int) -> bool:
+        """Keep the lease; False once another owner holds it (this attempt was given up on: stop it).
+
+        A lease that vanished with a Redis restart is taken again, so a live job is never judged lost for it.
+        """
+        key = f"compile-ci:lease:{job_id}"
+        self._redis.set(key, owner, nx=True, ex=ttl_seconds)
+        if self.lease_holder(job_id) != owner:
+            return False
+        self._redis.expire(key, ttl_seconds)
+        return True
 
     def release_lease(self, job_id: str, owner: str) -> None:
-        if self.lease_holder(job_id) == owner:
-            self._redis.delete(f"compile-ci:lease:{job_id}")
+        """Best effort: a lease that cannot be released now lapses by itself within its TTL."""
+        try:
+            if self.lease_holder(job_id) == owner:
+                self._redis.delete(f"compile-ci:lease:{job_id}")
+        except redis.RedisError as exc:
+            log.warning("lease of %s not released (it lapses by itself): %s", job_id, exc)
 
     def report_lock(self, job_id: str) -> AbstractContextManager[object]:
         # One report of a job at a time, so a slow in_progress PATCH can never land after completed.
@@ -54,3 +76,28 @@ class Claims:
     def queue_depths(self, queues: tuple[str, ...]) -> dict[str, int]:
         """Messages waiting per Celery queue (kombu's Redis transport keeps each queue as a list of its name)."""
         return {name: int(self._redis.llen(name)) for name in queues}
+
+    def pending_tasks(self, queues: tuple[str, ...]) -> Iterator[tuple[str, list[object]]]:
+        """(task name, args) of every message waiting in these queues or taken by a worker and not yet acknowledged."""
+        for queue in queues:
+            for name in (queue, *(f"{queue}{PRIORITY_SEP}{step}" for step in range(1, 10))):
+                for raw in self._redis.lrange(name, 0, -1):
+                    yield from _task_of(raw)
+        for raw in self._redis.hvals(UNACKED):
+            try:
+                message = json.loads(raw)[0]
+            except (ValueError, IndexError, KeyError, TypeError):
+                continue
+            yield from _task_of(json.dumps(message).encode())
+
+
+def _task_of(raw: bytes) -> Iterator[tuple[str, list[object]]]:
+    try:
+        message = json.loads(raw)
+        body = message["body"]
+        if message.get("properties", {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args = json.loads(body)[0]
+        yield str(message["headers"]["task"]), list(args)
+    except (ValueError, KeyError, IndexError, TypeError):
+        return

@@ -16,6 +16,7 @@ from service.celery_app import create_celery
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import fixture, issue_comment_event, pull_request_event, signed
+from service.jobs.context import WorkerContext
 from service.jobs.pipeline import run_job
 from service.jobs.reaper import reap
 from service.jobs.run_planning import plan_run
@@ -113,24 +114,52 @@ def test_untrusted_author_waits_and_removed_repositories_run_nothing(client: Fla
     assert reap(ctx, utcnow() + timedelta(days=1)) == [] and queued(settings, "cpu") == []
 
 
-def test_reaper_requeues_a_job_whose_worker_died_then_fails_it(settings: Settings, tmp_path: Path,
-                                                               client: FlaskClient) -> None:
+def _running_job(settings: Settings, tmp_path: Path, client: FlaskClient, state: str = "running",
+                 queued_at: timedelta = timedelta(0)) -> tuple[WorkerContext, str]:
     deliver(client, "pull_request", pull_request_event("opened", number=8, head_sha="e" * 40, head_ref="f",
                                                        base_sha="b" * 40, **REPO))
     ctx = build_context(settings, create_celery(settings), suites_dir=tmp_path)
-    store = ctx.store
-    (run,) = store.recent_runs()
-    store.add_jobs_if_absent([Job(id=f"{run.id}-correctness-cpu", run_id=run.id, suite="correctness",
-                                  device="cpu", timeout_s=60, attempt=1, state="running", started_at=utcnow())])
+    (run,) = ctx.store.recent_runs()
     job_id = f"{run.id}-correctness-cpu"
-    assert reap(ctx) == []  # within its time limit
-    later = utcnow() + timedelta(seconds=60 + settings.reaper_grace_seconds + 1)
-    assert reap(ctx, later) == [f"{job_id}: running past its time limit with no worker; re-queued"]
-    assert store.get_job(job_id).state == "queued"
+    ctx.store.add_jobs_if_absent([Job(id=job_id, run_id=run.id, suite="correctness", device="cpu", timeout_s=3600,
+                                      attempt=1 if state == "running" else 0, state=state, started_at=utcnow(),
+                                      queued_at=utcnow() - queued_at)])
+    return ctx, job_id
+
+
+def test_reaper_requeues_a_job_whose_lease_lapsed_then_fails_it(settings: Settings, tmp_path: Path,
+                                                                client: FlaskClient) -> None:
+    ctx, job_id = _running_job(settings, tmp_path, client)
+    store = ctx.store
+    assert ctx.claims.acquire_lease(job_id, "worker-1", 15)
+    assert reap(ctx) == []  # its worker holds the lease: alive, however long the job is
+    ctx.claims.release_lease(job_id, "worker-1")  # the worker was SIGKILLed: its lease lapsed
+    assert reap(ctx) == []  # once: a live worker whose lease vanished with Redis takes it again meanwhile
+    assert reap(ctx) == [f"{job_id}: running with its lease lapsed (its worker is gone); re-queued"]
+    assert store.get_job(job_id).state == "queued"  # seconds after the death, not at the hour-long time limit
     assert ("compile_ci.run_job", [job_id]) in queued(settings, "cpu")
-    force_job(store, job_id, state="running", started_at=utcnow())
-    (line,) = reap(ctx, utcnow() + timedelta(seconds=60 + settings.reaper_grace_seconds + 1))
+    force_job(store, job_id, state="running", attempt=2, started_at=utcnow())
+    assert reap(ctx) == []
+    (line,) = reap(ctx)
     assert "completed as an infrastructure failure" in line
     job = store.get_job(job_id)
     assert (job.state, job.conclusion, job.title) == ("completed", "failure",
                                                      "Infrastructure error — not a test failure")
+
+
+def test_reaper_resends_a_lost_message_but_not_one_waiting_in_a_backlog(settings: Settings, tmp_path: Path,
+                                                                        client: FlaskClient) -> None:
+    ctx, job_id = _running_job(settings, tmp_path, client, state="queued", queued_at=timedelta(minutes=5))
+    redis.Redis.from_url(settings.redis_url).delete("cpu")
+    ctx.queue.run_job(job_id, "cpu")  # waits behind a long backlog: its message is in the broker
+    assert reap(ctx) == []
+    redis.Redis.from_url(settings.redis_url).delete("cpu")  # lost with a Redis restart
+    assert reap(ctx) == [f"{job_id}: queued with no message in the broker; sent again"]
+    assert queued(settings, "cpu") == [("compile_ci.run_job", [job_id])]
+    assert reap(ctx) == []  # sent once, not once per pass
+
+
+def test_a_job_just_queued_is_not_resent(settings: Settings, tmp_path: Path, client: FlaskClient) -> None:
+    ctx, _job_id = _running_job(settings, tmp_path, client, state="queued")
+    redis.Redis.from_url(settings.redis_url).delete("cpu")
+    assert reap(ctx) == []  # its first message may still be on its way

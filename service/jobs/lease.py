@@ -1,0 +1,45 @@
+"""A job's lease: held from a thread of its own for the whole attempt, so a lapsed lease means a dead worker.
+
+The lease is refreshed every LEASE_TTL_S / 4 whatever the attempt is doing (fetching a large repository, waiting
+for its container), and the reaper re-queues a running job whose lease lapsed: a worker killed mid-job is
+replaced within TTL + two reaper passes, not at the job's time limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from types import TracebackType
+
+from service.jobs.context import Leases
+
+log = logging.getLogger(__name__)
+LEASE_TTL_S = 15
+
+
+class LeaseKeeper:
+    def __init__(self, claims: Leases, job_id: str, owner: str, ttl_s: int = LEASE_TTL_S) -> None:
+        self.claims, self.job_id, self.owner, self.ttl_s = claims, job_id, owner, ttl_s
+        self.lost = False  # another owner holds it now: this attempt was given up on and must stop
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._keep, name=f"lease-{job_id}", daemon=True)
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.claims.release_lease(self.job_id, self.owner)
+
+    def _keep(self) -> None:
+        while not self._stop.wait(self.ttl_s / 4):
+            try:
+                if not self.claims.refresh_lease(self.job_id, self.owner, self.ttl_s):
+                    log.warning("job %s: its lease is held by another worker; stopping this attempt", self.job_id)
+                    self.lost = True
+                    return
+            except Exception as exc:  # Redis is down: keep trying, the job itself is not affected
+                log.warning("job %s: lease not refreshed: %s", self.job_id, exc)
