@@ -6,7 +6,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,12 @@ from runners.protocol import RunResult, RunSpec, ShouldCancel
 
 DEFAULT_IMAGES = {"cpu": "compile-ci/runner-cpu:latest", "cuda": "compile-ci/runner-cuda:latest"}
 LABEL = "org.compile-ci.job"  # every job container carries it: leftovers are found by it
+DEPLOYMENT_LABEL = "org.compile-ci.deployment"  # whose job it is: a sweep touches only its own deployment's
+DEADLINE_LABEL = "org.compile-ci.deadline"  # epoch seconds after which the container stops itself
+# The container stops itself this long after the job's time limit, whether or not a worker still watches it
+# (a worker SIGKILLed mid-job leaves its container behind; the engine must not run it forever).
+DEADLINE_SLACK_S = 30
+WRAPPER_FAILED = "timeout: failed to run command"  # coreutils' words when the job's command cannot start
 RUNNER_UID = 10001  # the image's unprivileged `runner` user
 CHECKOUT_MOUNT = "/job/checkout"
 OUTPUT_MOUNT = "/job/out"
@@ -43,9 +49,11 @@ class DockerRunner:
     name = "docker"
     python = "python"  # the image's interpreter (on its PATH)
 
-    def __init__(self, images: Mapping[str, str] | None = None, client: docker.DockerClient | None = None) -> None:
+    def __init__(self, images: Mapping[str, str] | None = None, client: docker.DockerClient | None = None,
+                 deployment: str = "default") -> None:
         self.images = {**DEFAULT_IMAGES, **(images or {})}
         self._client = client
+        self.deployment = deployment
         self._torch_versions: dict[str, str] = {}
 
     @property
@@ -77,7 +85,8 @@ class DockerRunner:
                 spec.cache_dir.mkdir(parents=True, exist_ok=True)
                 _make_writable(spec.cache_dir)
             self._remove(name)  # a stale container from a crashed attempt holds the name
-            container = self.client.containers.create(**container_config(spec, self.images[spec.device]))
+            config = container_config(spec, self.images[spec.device], self.deployment)
+            container = self.client.containers.create(**config)
             container.start()
             with open(spec.log_path, "ab") as log:
                 pump = threading.Thread(target=_pump_logs, args=(container, log), daemon=True)
@@ -92,6 +101,8 @@ class DockerRunner:
             state = container.attrs["State"]
             exit_code = int(state["ExitCode"])
             duration = time.monotonic() - start
+            if exit_code in (126, 127) and _log_starts_with(spec.log_path, WRAPPER_FAILED):
+                return self._infra(start, f"the job's command cannot start: {_first_line(spec.log_path)}")
             return RunResult(exit_code, duration, timed_out=outcome.kind == "timeout",
                              cancelled=outcome.kind == "cancelled",
                              oom=bool(state.get("OOMKilled")) and outcome.kind == "exited")
@@ -132,27 +143,33 @@ class DockerRunner:
             self._client.close()
             self._client = None
 
-    def sweep_leftovers_quietly(self) -> None:
-        """At worker start: what a previous worker left (a crash between create and remove) goes now."""
+    def sweep_leftovers_quietly(self, is_orphan: Callable[[str], bool] | None = None) -> None:
+        """At worker start: what a previous worker of this deployment left (a crash, a SIGKILL) goes now."""
         try:
-            self.sweep_leftovers()
+            self.sweep_leftovers(is_orphan)
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             pass  # an engine that is down now is reported by the first job, as an infrastructure error
 
-    def sweep_leftovers(self) -> int:
-        """Remove job containers that are not running (a crashed worker, a failed start); returns how many."""
+    def sweep_leftovers(self, is_orphan: Callable[[str], bool] | None = None) -> int:
+        """Remove this deployment's job containers that no worker runs: stopped ones, ones past their deadline, and
+        running ones whose job `is_orphan` (its worker is gone). Other deployments' containers are never touched."""
         removed = 0
-        for status in ("created", "exited", "dead"):
-            for container in self.client.containers.list(all=True, filters={"label": LABEL, "status": status}):
-                try:
-                    container.remove(force=True, v=True)
-                    removed += 1
-                except docker.errors.NotFound:
-                    pass
+        filters = {"label": [LABEL, f"{DEPLOYMENT_LABEL}={self.deployment}"]}
+        for container in self.client.containers.list(all=True, filters=filters):
+            labels = container.labels or {}
+            if container.status == "running" and not _past(labels.get(DEADLINE_LABEL)) and not (
+                    is_orphan is not None and is_orphan(labels.get(LABEL, ""))):
+                continue
+            try:
+                container.remove(force=True, v=True)
+                removed += 1
+            except docker.errors.NotFound:
+                pass
         return removed
 
 
-def container_config(spec: RunSpec, image: str) -> dict[str, Any]:
+def container_config(spec: RunSpec, image: str, deployment: str = "default",
+                     deadline_slack_s: int = DEADLINE_SLACK_S) -> dict[str, Any]:
     """Everything `containers.create` gets for a job: pure, so the hardening is visible in one place."""
     paths = _path_map(spec)
     mounts = [
@@ -164,11 +181,14 @@ def container_config(spec: RunSpec, image: str) -> dict[str, Any]:
         mounts.append(docker.types.Mount(CACHE_MOUNT, str(spec.cache_dir), type="bind", read_only=False))
     env = {key: _translate(value, paths) for key, value in spec.env.items()}
     env.update({"HOME": "/tmp", "TMPDIR": "/tmp", "USER": "runner", "PYTHONUNBUFFERED": "1"})
+    deadline_s = int(spec.timeout_s) + deadline_slack_s
     config: dict[str, Any] = {
         "image": image,
-        "command": [_translate(arg, paths) for arg in spec.command],
+        # Its own deadline: coreutils' timeout as pid 1 ends the job (then the container) even with no worker left.
+        "command": ["timeout", "--kill-after=10", str(deadline_s), *(_translate(arg, paths) for arg in spec.command)],
         "name": container_name(spec.job_id),
-        "labels": {LABEL: spec.job_id},
+        "labels": {LABEL: spec.job_id, DEPLOYMENT_LABEL: deployment,
+                   DEADLINE_LABEL: str(int(time.time()) + deadline_s + 10)},
         "environment": env,
         "working_dir": "/tmp",
         "user": f"{RUNNER_UID}:{RUNNER_UID}",
@@ -183,8 +203,8 @@ def container_config(spec: RunSpec, image: str) -> dict[str, Any]:
         "memswap_limit": f"{spec.memory_mb}m",  # no swap: over the limit is an OOM kill, not a crawl
         "nano_cpus": int(spec.cpus * 1e9),
         "pids_limit": spec.pids,
-        # No init process: a command that cannot be executed then fails the start (an infrastructure error) instead
-        # of becoming tini's exit code 127, which would read as a test failure. Killing pid 1 ends the namespace.
+        # No init process: `timeout` is pid 1; a command it cannot start is told apart from a test failure by its
+        # message (an infrastructure error). Killing pid 1 ends the namespace.
         "init": False,
         "stdin_open": False,
         "detach": True,
@@ -257,3 +277,22 @@ def _wait(container: Any, timeout_s: float, should_cancel: ShouldCancel | None) 
                 raise
         if should_cancel is not None and should_cancel():
             return _Outcome("cancelled")
+
+
+def _past(deadline: str | None) -> bool:
+    return deadline is not None and deadline.isdigit() and int(deadline) < time.time()
+
+
+def _log_starts_with(path: Path, prefix: str) -> bool:
+    return _first_line(path).startswith(prefix)
+
+
+def _first_line(path: Path) -> str:
+    """The job's own first line (after the worker's `$ command` header)."""
+    try:
+        with open(path, "rb") as log:
+            lines = log.read(4096).decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    own = [line for line in lines if not line.startswith("$ ")]
+    return own[0] if own else ""

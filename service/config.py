@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -72,6 +73,9 @@ class Settings:
     runner_image_cpu: str = "compile-ci/runner-cpu:latest"
     runner_image_cuda: str = "compile-ci/runner-cuda:latest"
     max_job_minutes: int = 60
+    # Names this deployment's job containers (a label), so a worker sweeps only its own deployment's leftovers on
+    # an engine that others share. Default: derived from the database URL (hashed: it may hold a password).
+    deployment: str = "default"
     delivery_ttl_seconds: int = 7 * 24 * 3600
     # Live progress of a running job is PATCHed at most this often (GitHub's secondary rate limits).
     progress_interval_seconds: int = 10
@@ -198,6 +202,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         runner_image_cpu=_get(env, "RUNNER_IMAGE_CPU", "compile-ci/runner-cpu:latest"),
         runner_image_cuda=_get(env, "RUNNER_IMAGE_CUDA", "compile-ci/runner-cuda:latest"),
         max_job_minutes=_int(env, "MAX_JOB_MINUTES", 60, problems),
+        deployment=_get(env, "DEPLOYMENT") or hashlib.sha256(database_url.encode()).hexdigest()[:12],
         delivery_ttl_seconds=_int(env, "DELIVERY_TTL_SECONDS", 7 * 24 * 3600, problems),
         progress_interval_seconds=_int(env, "PROGRESS_INTERVAL_SECONDS", 10, problems),
         reaper_interval_seconds=_int(env, "REAPER_INTERVAL_SECONDS", 10, problems),

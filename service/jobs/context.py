@@ -49,6 +49,8 @@ class Leases(Protocol):
 
     def pending_tasks(self, queues: tuple[str, ...]) -> Iterator[tuple[str, list[object]]]: ...
 
+    def count(self, key: str) -> int: ...
+
 
 @dataclass
 class WorkerContext:

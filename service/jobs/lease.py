@@ -8,7 +8,10 @@ replaced within TTL + two reaper passes, not at the job's time limit.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 from service.jobs.context import Leases
@@ -43,3 +46,35 @@ class LeaseKeeper:
                     return
             except Exception as exc:  # Redis is down: keep trying, the job itself is not affected
                 log.warning("job %s: lease not refreshed: %s", self.job_id, exc)
+
+
+def owner_of(job_id: str) -> str:
+    """Who holds a lease: host, process and thread, so a restarted worker can tell a dead holder on its host."""
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{job_id}"
+
+
+def orphaned_jobs(claims: Leases) -> Callable[[str], bool]:
+    """Whether a job's container has no live worker: no lease, or a lease of a process of this host that is gone."""
+
+    def orphaned(job_id: str) -> bool:
+        try:
+            holder = claims.lease_holder(job_id)
+        except Exception:  # Redis down at worker start: leave running containers be, their deadline ends them
+            return False
+        if holder is None:
+            return True
+        host, _, rest = holder.partition(":")
+        pid = rest.partition(":")[0]
+        return host == socket.gethostname() and pid.isdigit() and not _alive(int(pid))
+
+    return orphaned
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
-import socket
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +16,7 @@ from pathlib import Path
 from runners.protocol import RunResult, RunSpec
 from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
-from service.jobs.lease import LEASE_TTL_S, LeaseKeeper
+from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
 from service.jobs.outcome import judge, read_attempt, read_json, write_meta
 from service.jobs.planning import builtin_suites
@@ -30,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def run_job(ctx: WorkerContext, job_id: str) -> None:
-    owner = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}:{job_id}"
+    owner = owner_of(job_id)
     job = ctx.store.get_job(job_id)
     run = ctx.store.get_run(job.run_id) if job else None
     if job is None or run is None or job.state == JobState.COMPLETED:

@@ -4,7 +4,8 @@
   must be missing on two passes in a row, because a live worker whose lease vanished with a Redis restart takes it
   again within a quarter of its TTL.
 - A queued job with no message in the broker (lost with a Redis restart, or a send that failed) is sent again; one
-  that merely waits in a backlog has its message there and is left alone.
+  that merely waits in a backlog has its message there and is left alone. A run still planning with no plan
+  message is planned again (three times at most: planning that keeps failing is its own task's retries' business).
 - A job still running long past its time limit (its worker alive, its runner not stopping it) is asked to stop.
 - A finished job that was never reported is reported again.
 """
@@ -14,24 +15,28 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from service.celery_app import QUEUES, RUN_JOB
+from service.celery_app import PLAN_RUN, QUEUES, RUN_JOB
 from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S
-from service.jobs.lifecycle import JobState
-from service.store import Job, utcnow
+from service.jobs.lifecycle import JobState, RunState
+from service.store import Job, Run, utcnow
 
 log = logging.getLogger(__name__)
 REPORT_AGAIN_AFTER = timedelta(seconds=30)
 # A job's first message is sent right after its row is written: give it this long to show up in the broker.
 MESSAGE_IN_FLIGHT = timedelta(seconds=2 * LEASE_TTL_S)
+MAX_REPLANS = 3
 
 
 def reap(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
     """One pass; what it did, one line per job (also logged)."""
     now = now or utcnow()
     did = list(_unreported(ctx, now))
-    waiting = {str(args[0]) for task, args in ctx.claims.pending_tasks(QUEUES) if task == RUN_JOB and args}
+    pending = [(task, str(args[0])) for task, args in ctx.claims.pending_tasks(QUEUES) if args]
+    planning = {run_id for task, run_id in pending if task == PLAN_RUN}
+    did += [line for run in ctx.store.runs_in_state(RunState.PLANNING) if (line := _planning(ctx, run, now, planning))]
+    waiting = {job_id for task, job_id in pending if task == RUN_JOB}
     for job in ctx.store.jobs_in_state(JobState.RUNNING, JobState.QUEUED):
         if job.device not in ctx.settings.devices:
             continue
@@ -50,6 +55,17 @@ def _unreported(ctx: WorkerContext, now: datetime) -> list[str]:
             ctx.queue.report_job(job.id)
             did.append(f"{job.id}: finished but never reported; reporting it")
     return did
+
+
+def _planning(ctx: WorkerContext, run: Run, now: datetime, planning: set[str]) -> str | None:
+    if run.id in planning or run.cancelled_reason or run.created_at + MESSAGE_IN_FLIGHT > now:
+        return None
+    if ctx.store.is_uninstalled(run.repo_full_name):
+        return None  # dropped on purpose: the App was removed from the repository
+    if ctx.claims.count(f"replanned:{run.id}") > MAX_REPLANS:
+        return None
+    ctx.queue.plan_run(run.id)
+    return f"run {run.id}: planning with no message in the broker; sent again"
 
 
 def _running(ctx: WorkerContext, job: Job, now: datetime) -> str | None:

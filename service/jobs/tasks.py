@@ -17,7 +17,8 @@ from service.config import Settings
 from service.github import reporting
 from service.github.api import GitHubApp, GoneError, TransientGitHubError
 from service.jobs import comment_commands, pipeline, reaper, run_planning
-from service.jobs.context import WorkerContext
+from service.jobs.context import Leases, WorkerContext
+from service.jobs.lease import orphaned_jobs
 from service.store import Store
 from service.store.claims import Claims
 
@@ -26,28 +27,34 @@ RETRY_KW = {"max_retries": 8, "retry_backoff": 2, "retry_backoff_max": 300, "ret
 
 
 def build_context(settings: Settings, app: Celery, suites_dir: Path | None = None) -> WorkerContext:
+    claims = Claims(settings.redis_url, settings.delivery_ttl_seconds)
     return WorkerContext(
         settings=settings,
         store=Store(settings.database_url),
-        claims=Claims(settings.redis_url, settings.delivery_ttl_seconds),
+        claims=claims,
         github=GitHubApp(settings),
         queue=CeleryQueue(app),
-        runner=select_runner(settings),
+        runner=select_runner(settings, claims),
         checkout=Checkout(settings.data_dir / "mirrors"),
         suites_dir=suites_dir or Path(suites.__file__).parent,
     )
 
 
-def select_runner(settings: Settings) -> Runner:
-    """COMPILE_CI_RUNNER: docker, local, or auto (docker wherever a Docker engine answers)."""
+def select_runner(settings: Settings, claims: Leases | None = None) -> Runner:
+    """COMPILE_CI_RUNNER: docker, local, or auto (docker wherever a Docker engine answers).
+
+    A Docker worker starts by removing what a dead worker of this deployment left on the engine: stopped job
+    containers, and running ones whose job lease no live worker holds.
+    """
     if settings.runner == "local":
         return LocalRunner(settings.runner_python)
     # Imported here: a worker that never uses Docker needs neither the SDK nor an engine.
     from runners.docker_runner import DockerRunner
 
-    docker_runner = DockerRunner({"cpu": settings.runner_image_cpu, "cuda": settings.runner_image_cuda})
+    images = {"cpu": settings.runner_image_cpu, "cuda": settings.runner_image_cuda}
+    docker_runner = DockerRunner(images, deployment=settings.deployment)
     if settings.runner == "docker" or docker_runner.engine_answers():
-        docker_runner.sweep_leftovers_quietly()
+        docker_runner.sweep_leftovers_quietly(orphaned_jobs(claims) if claims is not None else None)
         return docker_runner
     log.warning("COMPILE_CI_RUNNER=auto: no Docker engine answers; jobs run with LocalRunner on this host")
     return LocalRunner(settings.runner_python)

@@ -73,6 +73,13 @@ class Claims:
         """Keep what a task already did, so its retry (after a GitHub error) does not do it twice."""
         self._redis.set(f"compile-ci:memo:{key}", value, nx=True, ex=self._ttl)
 
+    def count(self, key: str) -> int:
+        """How often this happened (one more now), remembered as long as delivery ids."""
+        name = f"compile-ci:count:{key}"
+        value = int(self._redis.incr(name))
+        self._redis.expire(name, self._ttl)
+        return value
+
     def queue_depths(self, queues: tuple[str, ...]) -> dict[str, int]:
         """Messages waiting per Celery queue (kombu's Redis transport keeps each queue as a list of its name)."""
         return {name: int(self._redis.llen(name)) for name in queues}

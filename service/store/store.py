@@ -102,6 +102,10 @@ class Store:
             query = select(Run).where(Run.repo_full_name == repo_full_name, Run.head_sha == head_sha)
             return list(s.scalars(query.order_by(Run.created_at)))
 
+    def runs_in_state(self, *states: str) -> list[Run]:
+        with self.session() as s:
+            return list(s.scalars(select(Run).where(Run.state.in_(states))))
+
     def jobs_in_state(self, *states: str) -> list[Job]:
         with self.session() as s:
             return list(s.scalars(select(Job).where(Job.state.in_(states))))

@@ -23,7 +23,7 @@ from service.jobs.run_planning import plan_run
 from service.jobs.tasks import build_context
 from service.store import Job, Store, utcnow
 from service.web.app import create_app
-from tests.rows import force_job
+from tests.rows import force_job, force_run
 
 REPO = {"full_name": "octo/zoo", "repo_id": 99, "clone_url": "https://github.com/octo/zoo.git", "installation_id": 7}
 
@@ -163,3 +163,16 @@ def test_a_job_just_queued_is_not_resent(settings: Settings, tmp_path: Path, cli
     ctx, _job_id = _running_job(settings, tmp_path, client, state="queued")
     redis.Redis.from_url(settings.redis_url).delete("cpu")
     assert reap(ctx) == []  # its first message may still be on its way
+
+
+def test_reaper_plans_again_a_run_whose_plan_message_was_lost(settings: Settings, tmp_path: Path,
+                                                              client: FlaskClient) -> None:
+    deliver(client, "pull_request", pull_request_event("opened", number=8, head_sha="e" * 40, head_ref="f",
+                                                       base_sha="b" * 40, **REPO))
+    ctx = build_context(settings, create_celery(settings), suites_dir=tmp_path)
+    (run,) = ctx.store.recent_runs()
+    force_run(ctx.store, run.id, created_at=utcnow() - timedelta(minutes=5))
+    assert not [line for line in reap(ctx) if "planning" in line]  # its plan message waits in the queue
+    redis.Redis.from_url(settings.redis_url).delete("github")  # lost with a Redis restart
+    assert f"run {run.id}: planning with no message in the broker; sent again" in reap(ctx)
+    assert ("compile_ci.plan_run", [run.id]) in queued(settings)

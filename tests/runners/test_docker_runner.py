@@ -8,7 +8,16 @@ from pathlib import Path
 import docker
 import pytest
 
-from runners.docker_runner import CACHE_MOUNT, IMAGE_SUITES, DockerRunner, container_config, container_name
+from runners.docker_runner import (
+    CACHE_MOUNT,
+    DEADLINE_SLACK_S,
+    DEPLOYMENT_LABEL,
+    IMAGE_SUITES,
+    LABEL,
+    DockerRunner,
+    container_config,
+    container_name,
+)
 from runners.protocol import RunSpec
 from tests.runners.conftest import job_containers
 
@@ -25,8 +34,8 @@ def pipeline_like_spec(tmp_path: Path, device: str = "cpu") -> RunSpec:
 
 def test_worker_paths_become_mount_points(tmp_path: Path) -> None:
     config = container_config(pipeline_like_spec(tmp_path), "img")
-    assert config["command"] == ["python", "-m", "pytest", "--junitxml=/job/out/junit.xml",
-                                 f"{IMAGE_SUITES}/correctness"]
+    assert config["command"] == ["timeout", "--kill-after=10", str(60 + DEADLINE_SLACK_S), "python", "-m", "pytest",
+                                 "--junitxml=/job/out/junit.xml", f"{IMAGE_SUITES}/correctness"]
     assert config["environment"]["COMPILE_CI_CHECKOUT"] == "/job/checkout"
     assert config["environment"]["TORCHINDUCTOR_CACHE_DIR"] == f"{CACHE_MOUNT}/inductor"
     mounts = {m["Target"]: (m["Source"], m["ReadOnly"]) for m in config["mounts"]}
@@ -85,3 +94,45 @@ def test_an_unreachable_engine_is_an_infrastructure_error(tmp_path: Path) -> Non
 @pytest.mark.parametrize("device", ["cpu"])
 def test_cache_key_names_image_and_torch_version(docker_runner: DockerRunner, device: str) -> None:
     assert docker_runner.cache_key(device) == "docker-compile-ci-runner-cpu-latest-torch2.13.0"
+
+
+def _leftover(client: object, job_id: str, deployment: str, command: tuple[str, ...], slack_s: int = 600) -> object:
+    """A job container as a SIGKILLed worker leaves it: created and started, nobody waiting on it."""
+    spec = RunSpec(job_id=job_id, command=command, checkout_dir=Path("/nonexistent"), output_dir=Path("/nonexistent"),
+                   timeout_s=1)
+    config = container_config(spec, "compile-ci/runner-cpu:latest", deployment, deadline_slack_s=slack_s)
+    config["mounts"] = []  # nothing of the host is needed to stand in for a job
+    container = client.containers.create(**config)  # type: ignore[attr-defined]
+    container.start()
+    return container
+
+
+def test_a_container_whose_worker_died_stops_itself_at_its_deadline(docker_client: object) -> None:
+    container = _leftover(docker_client, "orphan-deadline", "tests-a", ("sleep", "600"), slack_s=1)
+    try:
+        status = container.wait(timeout=30)  # type: ignore[attr-defined]
+        assert status["StatusCode"] == 124  # coreutils' timeout, pid 1 of the container, ended it
+    finally:
+        container.remove(force=True)  # type: ignore[attr-defined]
+
+
+def test_a_sweep_removes_only_its_own_deployments_orphans(docker_client: object) -> None:
+    mine_orphan = _leftover(docker_client, "sweep-orphan", "tests-mine", ("sleep", "600"))
+    mine_alive = _leftover(docker_client, "sweep-alive", "tests-mine", ("sleep", "600"))
+    mine_exited = _leftover(docker_client, "sweep-exited", "tests-mine", ("true",))
+    theirs = _leftover(docker_client, "sweep-orphan", "tests-theirs", ("true",))
+    mine_exited.wait(timeout=30)  # type: ignore[attr-defined]
+    theirs.wait(timeout=30)  # type: ignore[attr-defined]
+    try:
+        runner = DockerRunner(deployment="tests-mine")
+        assert runner.sweep_leftovers(is_orphan=lambda job_id: job_id == "sweep-orphan") == 2
+        left = {(c.labels[LABEL], c.labels[DEPLOYMENT_LABEL])  # type: ignore[attr-defined]
+                for c in docker_client.containers.list(all=True, filters={"label": LABEL})}  # type: ignore[attr-defined]
+        assert ("sweep-alive", "tests-mine") in left and ("sweep-orphan", "tests-theirs") in left
+        assert ("sweep-orphan", "tests-mine") not in left and ("sweep-exited", "tests-mine") not in left
+    finally:
+        for container in (mine_orphan, mine_alive, mine_exited, theirs):
+            try:
+                container.remove(force=True)  # type: ignore[attr-defined]
+            except docker.errors.NotFound:
+                pass

@@ -62,6 +62,7 @@ class Stack:
         self.private_key, public_key = app_keypair()
         self.emulator = GitHubEmulator(app_id=APP_ID, public_key_pem=public_key)
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.commands: dict[str, list[str]] = {}
         self.redis_url = ""
         self.web_url = ""
 
@@ -90,7 +91,25 @@ class Stack:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=self.root,
                                 start_new_session=True)
         log.close()
+        self.procs = [(n, p) for n, p in self.procs if n != name]
         self.procs.append((name, proc))
+        self.commands[name] = args
+        return proc
+
+    def process(self, name: str) -> subprocess.Popen[bytes]:
+        return dict(self.procs)[name]
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Kill one process of the stack with everything in its session (a worker and its pool children)."""
+        proc = self.process(name)
+        os.killpg(proc.pid, sig)
+        proc.wait()
+
+    def respawn(self, name: str) -> subprocess.Popen[bytes]:
+        """Start a killed process again with the same command (Redis on the same port, like a restart)."""
+        proc = self._spawn(name, self.commands[name])
+        if name == "redis":
+            wait_for_port(int(self.redis_url.rsplit(":", 1)[1].split("/")[0]), proc, "redis-server")
         return proc
 
     def start(self) -> Stack:
@@ -123,11 +142,15 @@ class Stack:
         wait_for_port(port, proc, "gunicorn")
 
     def start_workers(self) -> None:
-        celery = [sys.executable, "-m", "celery", "-A", "service.worker", "worker", "--loglevel", "INFO",
-                  "--without-heartbeat", "--without-mingle", "--without-gossip"]
+        celery = [sys.executable, "-m", "celery", "-A", "service.worker"]
+        worker = [*celery, "worker", "--loglevel", "INFO", "--without-heartbeat", "--without-mingle",
+                  "--without-gossip"]
         # Reports never wait behind a long job: the github queue has its own (threaded) worker.
-        self._spawn("worker-github", [*celery, "-Q", "github", "-P", "threads", "-c", "4", "-n", "github@%h"])
-        self._spawn("worker-cpu", [*celery, "-Q", "cpu", "-c", "1", "-n", "cpu@%h"])
+        self._spawn("worker-github", [*worker, "-Q", "github", "-P", "threads", "-c", "4", "-n", "github@%h"])
+        self._spawn("worker-cpu", [*worker, "-Q", "cpu", "-c", "1", "-n", "cpu@%h"])
+        # The reaper's schedule: exactly one beat, as in a deployment.
+        schedule = str(self.root / "data" / "celerybeat-schedule")
+        self._spawn("beat", [*celery, "beat", "--loglevel", "INFO", "-s", schedule])
 
     def check_alive(self) -> None:
         """Raise if a process of the stack died: waiting on it would only time out."""

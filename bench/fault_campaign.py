@@ -1,0 +1,163 @@
+"""The fault campaign: kill workers and Redis, make GitHub fail, and count what was lost, stuck or duplicated.
+
+    python bench/fault_campaign.py [--prs 10] [--worker-kills 3]
+
+Runs the sandbox stack with its default settings (gunicorn, Redis, the github and cpu Celery workers, one beat for
+the reaper, the DockerRunner where an engine answers, else LocalRunner) and the sample repository, then:
+  1. GitHub faults: the first check-run create is applied and answered 502, a PATCH is rate limited (403, Retry-After).
+  2. Redis kill -9 while jobs are queued, then a restart (no persistence: the queue, the leases and the delivery
+     claims are gone); recovery = restart -> every job that was queued at the kill is running or done.
+  3. Worker kills: `--worker-kills` times, while a job runs (a different job each time), the cpu worker is
+     SIGKILLed with its pool and started again; recovery = kill -> the same job running again as a new attempt.
+Then it waits for every check run to complete and prints jobs lost (no completed check run), stuck (a check run not
+completed), duplicated (two check runs for one job generation), orphaned job containers, and the recovery times.
+Loopback only; bounded in time; stops everything it started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runners.docker_runner import LABEL  # noqa: E402
+from service.celery_app import QUEUES, RUN_JOB  # noqa: E402
+from service.devkit.sandbox.deliveries import pull_request_event  # noqa: E402
+from service.devkit.sandbox.main import FULL_NAME, REPO_ID, post_webhook, wait_until  # noqa: E402
+from service.devkit.sandbox.sample_repo import create_sample_repo  # noqa: E402
+from service.devkit.sandbox.stack import INSTALLATION_ID, Stack  # noqa: E402
+from service.store import Job, Store  # noqa: E402
+from service.store.claims import Claims  # noqa: E402
+
+DEADLINE_S = 1500
+
+
+def open_pull_requests(stack: Stack, count: int) -> None:
+    repo = create_sample_repo(stack.root / "repos" / FULL_NAME)
+    stack.emulator.add_repo(FULL_NAME)
+    stack.emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
+    for number in range(1, count + 1):
+        sha = repo.good_sha if number % 2 else repo.buggy_sha
+        branch = f"pr-{number}"
+        stack.emulator.add_pull(FULL_NAME, number, sha, branch, "main", "octocat", "OWNER")
+        payload = pull_request_event("opened", full_name=FULL_NAME, repo_id=REPO_ID, installation_id=INSTALLATION_ID,
+                                     clone_url=f"https://github.com/{FULL_NAME}.git", number=number, head_sha=sha,
+                                     head_ref=branch, base_sha=repo.base_sha)
+        post_webhook(stack, "pull_request", payload)
+
+
+def cpu_jobs(store: Store) -> list[Job]:
+    return [j for j in store.jobs_in_state("queued", "running", "completed") if j.device == "cpu"]
+
+
+def kill_worker_mid_job(stack: Stack, store: Store, spared: set[str]) -> float | None:
+    """SIGKILL the cpu worker while a job runs (a job not killed before); seconds until it runs again, as a new
+    attempt. None when every job finished before one could be caught running."""
+    def victim() -> Job | None:
+        return next((j for j in cpu_jobs(store) if j.state == "running" and j.id not in spared), None)
+
+    wait_until(lambda: victim() is not None or all(j.state == "completed" for j in cpu_jobs(store)), DEADLINE_S,
+               "a running cpu job", 0.2)
+    job = victim()
+    if job is None:
+        return None
+    spared.add(job.id)
+    time.sleep(2)  # well inside the job: its container or process is up
+    killed_at = time.monotonic()
+    stack.kill("worker-cpu", signal.SIGKILL)
+    stack.respawn("worker-cpu")
+
+    def restarted() -> bool:
+        now = store.get_job(job.id)
+        return now is not None and (now.attempt > job.attempt or now.state == "completed")
+
+    wait_until(restarted, DEADLINE_S, f"{job.id} to run again", 0.2)
+    return time.monotonic() - killed_at
+
+
+def kill_redis_with_jobs_queued(stack: Stack, store: Store) -> float | None:
+    """kill -9 Redis once at least two cpu jobs wait in the queue, restart it; seconds until every job that was
+    queued then has its message back in the broker (or has started): the work is recovered, and waits its turn."""
+    wait_until(lambda: sum(j.state == "queued" for j in cpu_jobs(store)) >= 2, 120, "two queued cpu jobs", 0.1)
+    queued = [j for j in cpu_jobs(store) if j.state == "queued"]
+    stack.kill("redis", signal.SIGKILL)
+    stack.respawn("redis")
+    restarted_at = time.monotonic()
+    claims = Claims(stack.redis_url, 60)
+
+    def recovered() -> bool:
+        sent = {str(args[0]) for task, args in claims.pending_tasks(QUEUES) if task == RUN_JOB and args}
+        return all(q.id in sent or (job := store.get_job(q.id)) is None or job.state != "queued" for q in queued)
+
+    wait_until(recovered, DEADLINE_S, "the jobs queued at the Redis kill to be sent again", 0.2)
+    return time.monotonic() - restarted_at
+
+
+def tally(stack: Stack, store: Store, prs: int) -> dict[str, object]:
+    runs = stack.emulator.check_runs(FULL_NAME)
+    generations = Counter(r["external_id"] for r in runs)
+    jobs = [j for j in cpu_jobs(store)]
+    reported = {r["external_id"] for r in runs if r["status"] == "completed"}
+    containers = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={LABEL}"], capture_output=True,
+                                text=True, check=False).stdout.split()
+    runs_reported = {r["external_id"].split("-", 1)[0] for r in runs}
+    return {
+        "pull_requests_without_check_runs": prs - len(runs_reported),
+        "jobs": len(jobs),
+        "lost": sum(j.external_id not in reported for j in jobs),
+        "stuck": sum(r["status"] != "completed" for r in runs),
+        "duplicated": sum(n - 1 for n in generations.values() if n > 1),
+        "attempts": sum(j.attempt for j in jobs),
+        "orphan_containers": len(containers),
+        "emulator_errors": len(stack.emulator.errors),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prs", type=int, default=10)
+    parser.add_argument("--worker-kills", type=int, default=3)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="compile-ci-faults-"))
+    started = time.monotonic()
+    with Stack(root) as stack:
+        store = Store(stack.env()["COMPILE_CI_DATABASE_URL"])
+        stack.emulator.inject("POST", r"/check-runs$", 502, apply=True)
+        stack.emulator.inject("PATCH", r"/check-runs/\d+$", 403, headers={"Retry-After": "1"})
+        open_pull_requests(stack, args.prs)
+        redis = kill_redis_with_jobs_queued(stack, store)
+        spared: set[str] = set()
+        kills = [kill_worker_mid_job(stack, store, spared) for _ in range(args.worker_kills)]
+        worker = [s for s in kills if s is not None]
+
+        def settled() -> bool:
+            stack.check_alive()
+            runs = stack.emulator.check_runs(FULL_NAME)
+            return len(runs) >= 2 * args.prs and all(r["status"] == "completed" for r in runs) and all(
+                j.state == "completed" for j in cpu_jobs(store))
+
+        wait_until(settled, DEADLINE_S, "every check run to complete", 1.0)
+        result = {**tally(stack, store, args.prs), "worker_kill_recovery_s": [round(s, 1) for s in worker],
+                  "redis_kill_recovery_s": None if redis is None else round(redis, 1),
+                  "wall_s": round(time.monotonic() - started, 1), "logs": str(root)}
+    print(f"pull requests {args.prs}, without check runs {result['pull_requests_without_check_runs']}; "
+          f"jobs {result['jobs']}: lost {result['lost']}, stuck {result['stuck']}, duplicated {result['duplicated']}, "
+          f"orphan containers {result['orphan_containers']}")
+    print(f"worker SIGKILL -> job running again: {result['worker_kill_recovery_s']} s")
+    print(f"Redis kill -9 + restart -> queued jobs' messages back: {result['redis_kill_recovery_s']} s")
+    print(json.dumps(result))
+    failed = ("pull_requests_without_check_runs", "lost", "stuck", "duplicated", "orphan_containers")
+    return 1 if any(result[key] for key in failed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
