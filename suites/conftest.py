@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
-import platform
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,24 +20,6 @@ def requested_device() -> str:
 
 def pytest_configure(config: pytest.Config) -> None:
     targets.add_checkout_to_sys_path()
-    _record_environment()
-
-
-def _record_environment() -> None:
-    """Tell the service which torch and device really ran the job (shown in the check run's summary)."""
-    out = os.environ.get("COMPILE_CI_OUTPUT_DIR")
-    if not out:
-        return
-    cuda = torch.cuda.is_available()
-    info = {
-        "torch_version": torch.__version__,
-        "python_version": platform.python_version(),
-        "device": requested_device(),
-        "device_name": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
-        "cuda_version": torch.version.cuda,
-    }
-    Path(out).mkdir(parents=True, exist_ok=True)
-    Path(out, "environment.json").write_text(json.dumps(info, indent=2))
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -47,6 +47,13 @@ def _repro(item: pytest.Item) -> str:
         ''')
 
 
+def _outcome(report: pytest.TestReport) -> str:
+    """pytest's words: an expected failure is `xfailed`, an unexpected pass `xpassed` (JUnit cannot say the last)."""
+    if hasattr(report, "wasxfail"):
+        return "xpassed" if report.passed else "xfailed" if report.skipped else report.outcome
+    return report.outcome
+
+
 class ArtifactWriter:
     def __init__(self, output_dir: Path) -> None:
         self.output_dir = output_dir
@@ -78,7 +85,7 @@ class ArtifactWriter:
             (directory / f"output_code_{index}.py").write_text(code)
         metrics = {
             "nodeid": item.nodeid,
-            "outcome": report.outcome,
+            "outcome": _outcome(report),
             "duration_s": round(report.duration, 4),
             "output_code_files": len(codes),
             # What the test recorded with record_property (a declared pass's call and match counters, say).
@@ -118,8 +125,27 @@ class ProgressWriter:
         self._write("")
 
 
+def record_environment(output_dir: Path) -> None:
+    """Which torch and device really ran the job (the check run's summary), for the repository's own tests too."""
+    import platform
+
+    import torch
+
+    cuda = torch.cuda.is_available()
+    info = {
+        "torch_version": torch.__version__,
+        "python_version": platform.python_version(),
+        "device": os.environ.get("COMPILE_CI_DEVICE", "").strip().lower() or "cpu",
+        "device_name": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
+        "cuda_version": torch.version.cuda,
+    }
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "environment.json").write_text(json.dumps(info, indent=2))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     output = os.environ.get(OUTPUT_ENV)
     if output and not config.pluginmanager.has_plugin("compile-ci-artifacts"):
+        record_environment(Path(output))
         config.pluginmanager.register(ArtifactWriter(Path(output)), "compile-ci-artifacts")
         config.pluginmanager.register(ProgressWriter(Path(output)), "compile-ci-progress")

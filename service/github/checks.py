@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,8 +106,26 @@ def _annotation(job: Job, result: TestResult) -> dict[str, Any]:
 
 
 def _title(job: Job) -> str:
-    parts = [f"{job.passed} passed", f"{job.failed + job.errors} failed", f"{job.skipped} skipped"]
-    return ", ".join(parts)
+    return summary_line({k: getattr(job, k) or 0 for k in COUNTED})
+
+
+# pytest's words and order ("2 failed, 86 passed, 11 skipped, 1 xfailed, 1 xpassed, 1 error").
+COUNTED = ("failed", "passed", "skipped", "xfailed", "xpassed", "errors")
+
+
+def count_outcomes(outcomes: Iterable[str]) -> dict[str, int]:
+    """Per-test outcomes (as stored) -> the counts a job keeps: `error` is counted as `errors`."""
+    tally = Counter("errors" if outcome == "error" else outcome for outcome in outcomes)
+    return {key: tally.get(key, 0) for key in COUNTED}
+
+
+def summary_line(counts: dict[str, int]) -> str:
+    parts = []
+    for key in COUNTED:
+        n = counts.get(key, 0)
+        if n:
+            parts.append(f"{n} {'error' if key == 'errors' and n == 1 else key}")
+    return ", ".join(parts) or "no tests"
 
 
 def _summary(job: Job, failures: Sequence[TestResult], job_url: str) -> str:
@@ -115,10 +134,10 @@ def _summary(job: Job, failures: Sequence[TestResult], job_url: str) -> str:
     if job.detail:
         lines += [job.detail, ""]
     lines += [
-        "| suite | device | passed | failed | skipped | duration | torch | runner |",
-        "|---|---|---:|---:|---:|---:|---|---|",
-        f"| {job.suite} | {job.device} | {job.passed} | {job.failed + job.errors} | {job.skipped} | {duration} "
-        f"| {job.torch_version or '–'} | {job.runner or '–'} |",
+        "| suite | device | passed | failed | errors | skipped | xfailed | xpassed | duration | torch | runner |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        f"| {job.suite} | {job.device} | {job.passed} | {job.failed} | {job.errors} | {job.skipped} "
+        f"| {job.xfailed or 0} | {job.xpassed or 0} | {duration} | {job.torch_version or '–'} | {job.runner or '–'} |",
     ]
     if failures:
         lines += ["", "**Failing tests**", ""]

@@ -61,13 +61,14 @@ class Outcome:
     conclusion: Conclusion
     title: str
     detail: str = ""
-    counts: dict[str, int] = field(default_factory=dict)  # passed / failed / skipped / errors
+    counts: dict[str, int] = field(default_factory=dict)  # passed / failed / skipped / errors / xfailed / xpassed
     torch_version: str = ""
 
 
 # What a new generation of a job (a re-run: a new check run) starts from.
 _NEW_GENERATION: dict[str, object] = {
-    "conclusion": None, "title": "", "detail": "", "passed": 0, "failed": 0, "skipped": 0, "errors": 0,
+    "conclusion": None, "title": "", "detail": "", "passed": 0, "failed": 0, "skipped": 0, "errors": 0, "xfailed": 0,
+    "xpassed": 0,
     "check_run_id": None, "reported": "", "reported_digest": "", "annotations_sent": 0, "cancel_requested": False,
     "infra_failures": 0, "progress_done": 0, "progress_total": 0, "progress_current": "", "started_at": None,
     "finished_at": None,
@@ -161,7 +162,7 @@ def retry_after_infra_error(store: Store, job: Job, reason: str) -> bool:
 
 def complete(store: Store, job: Job, outcome: Outcome) -> Job | None:
     """running -> completed, for the attempt that ran: a stale worker never overwrites a newer attempt."""
-    counts = {k: outcome.counts.get(k, 0) for k in ("passed", "failed", "skipped", "errors")}
+    counts = {k: outcome.counts.get(k, 0) for k in ("passed", "failed", "skipped", "errors", "xfailed", "xpassed")}
     values = {"state": JobState.COMPLETED, "conclusion": outcome.conclusion, "title": outcome.title,
               "detail": outcome.detail, "finished_at": utcnow(), "torch_version": outcome.torch_version, **counts}
     return store.transition(Job, job.id, {"state": JobState.RUNNING, "attempt": job.attempt}, values)

@@ -8,12 +8,13 @@ from pathlib import Path
 
 from runners.protocol import RunResult
 from service.github.annotations import locate_in_checkout
+from service.github.checks import count_outcomes, summary_line
 from service.jobs.junit import JUnitError, parse_junit
 from service.jobs.lifecycle import INFRA_TITLE, Conclusion, Outcome
 from service.store import TestRecord
 from suites.naming import sanitise_nodeid
 
-PARTIAL_OUTCOMES = ("passed", "failed", "skipped")
+PARTIAL_OUTCOMES = ("passed", "failed", "skipped", "xfailed", "xpassed")
 
 
 @dataclass
@@ -26,9 +27,7 @@ class Attempt:
 
     @property
     def counts(self) -> dict[str, int]:
-        count = {k: sum(r.outcome == k for r in self.records) for k in ("passed", "failed", "skipped", "error")}
-        return {"passed": count["passed"], "failed": count["failed"], "skipped": count["skipped"],
-                "errors": count["error"]}
+        return count_outcomes(r.outcome for r in self.records)
 
 
 def read_attempt(out: Path, roots: list[str], checkout: Path) -> Attempt:
@@ -86,8 +85,8 @@ def judge(result: RunResult, attempt: Attempt, cancel_reason: str = "") -> Outco
         return outcome(Conclusion.NEUTRAL, "No tests ran", "pytest collected no tests.")
     if result.exit_code in (0, 1) and attempt.junit_problem is None:
         if result.exit_code == 0 and failed == 0:
-            return outcome(Conclusion.SUCCESS, f"{counts['passed']} passed, {counts['skipped']} skipped")
-        return outcome(Conclusion.FAILURE, f"{failed} failed, {counts['passed']} passed, {counts['skipped']} skipped")
+            return outcome(Conclusion.SUCCESS, summary_line(counts))
+        return outcome(Conclusion.FAILURE, summary_line(counts))
     detail = attempt.junit_problem or "see the log"
     return outcome(Conclusion.FAILURE, f"pytest exited with code {result.exit_code}",
                    f"The test run did not complete: {detail}.{_before(counts)}")
@@ -97,8 +96,7 @@ def _before(counts: dict[str, int]) -> str:
     finished = sum(counts.values())
     if not finished:
         return ""
-    return (f" {finished} test(s) finished before it: {counts['passed']} passed, {counts['failed']} failed, "
-            f"{counts['skipped']} skipped.")
+    return f" {finished} test(s) finished before it: {summary_line(counts)}."
 
 
 def write_meta(out: Path, result: RunResult, runner: str, outcome: Outcome, attempt: Attempt) -> None:
@@ -111,7 +109,11 @@ def write_meta(out: Path, result: RunResult, runner: str, outcome: Outcome, atte
 def _with_metrics(record: TestRecord, out: Path) -> TestRecord:
     """The suite plugin's compile metrics of this test, kept in the store so pages need not read thousands of files."""
     metrics = read_json(out / "tests" / sanitise_nodeid(record.nodeid) / "metrics.json")
-    return replace(record, metrics=metrics) if metrics else record
+    if not metrics:
+        return record
+    # JUnit cannot tell an unexpected pass from a pass; the plugin's record can (only that relabelling is taken).
+    outcome = "xpassed" if record.outcome == "passed" and metrics.get("outcome") == "xpassed" else record.outcome
+    return replace(record, metrics=metrics, outcome=outcome)
 
 
 def _located(record: TestRecord, roots: list[str], checkout: Path) -> TestRecord:

@@ -81,6 +81,8 @@ class Job(Base):
     failed: Mapped[int] = mapped_column(Integer, default=0)
     skipped: Mapped[int] = mapped_column(Integer, default=0)
     errors: Mapped[int] = mapped_column(Integer, default=0)
+    xfailed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    xpassed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     torch_version: Mapped[str] = mapped_column(String(60), default="")
     runner: Mapped[str] = mapped_column(String(60), default="")
     check_run_id: Mapped[int | None] = mapped_column(Integer, nullable=True)

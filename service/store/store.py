@@ -10,9 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import create_engine, delete, event, select, update
+from sqlalchemy import create_engine, delete, event, inspect, select, text, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.store.rows import Artifact, Base, InstalledRepo, Job, NewRun, Run, TestRecord, TestResult, utcnow
@@ -32,6 +32,7 @@ class Store:
         except OperationalError:
             # Another process (web, a worker) created the tables between our check and our CREATE.
             Base.metadata.create_all(self.engine)
+        _add_missing_columns(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
@@ -153,6 +154,25 @@ class Store:
         with self.session() as s:
             query = select(Artifact).where(Artifact.job_id == job_id, Artifact.attempt == attempt)
             return list(s.scalars(query.order_by(Artifact.path)))
+
+
+def _add_missing_columns(engine: Engine) -> None:
+    """Additive schema changes (a new counter, say) reach a database an older version created: each missing column
+    is added with its server default. Nothing is ever dropped or changed here."""
+    existing = inspect(engine)
+    for table in Base.metadata.sorted_tables:
+        have = {column["name"] for column in existing.get_columns(table.name)}
+        for column in table.columns:
+            if column.name in have:
+                continue
+            ddl = f"ALTER TABLE {table.name} ADD COLUMN {column.name} {column.type.compile(engine.dialect)}"
+            if column.server_default is not None:
+                ddl += f" DEFAULT {column.server_default.arg}"  # type: ignore[attr-defined]
+            try:
+                with engine.begin() as connection:
+                    connection.execute(text(ddl))
+            except (OperationalError, ProgrammingError):
+                pass  # another process added it first
 
 
 def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:

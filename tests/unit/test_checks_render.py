@@ -32,9 +32,9 @@ def test_completed_failure_names_the_failing_tests() -> None:
                           message="AssertionError: compiled differs from eager\nmore", details="Traceback")]
     view = render_check_run(_run(), job, results, URL)
     assert view.conclusion == "failure"
-    assert view.title == "7 passed, 1 failed, 2 skipped"
+    assert view.title == "1 failed, 7 passed, 2 skipped"  # pytest's words and order
     assert "`t.py::test_declared_model[counting_scale]`: AssertionError: compiled differs from eager" in view.summary
-    assert "| correctness | cpu | 7 | 1 | 2 | 42.0 s | 2.13.0 | local |" in view.summary
+    assert "| correctness | cpu | 7 | 1 | 0 | 2 | 0 | 0 | 42.0 s | 2.13.0 | local |" in view.summary
     assert "Traceback" in view.text
 
 

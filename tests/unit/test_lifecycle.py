@@ -103,3 +103,16 @@ def test_only_the_lifecycle_writes_state_fields() -> None:
         if writes:
             offenders[str(path.relative_to(SERVICE))] = writes
     assert offenders == {}
+
+
+def test_a_database_made_by_an_older_version_gains_the_new_columns(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    Store(f"sqlite:///{path}")
+    with sqlite3.connect(path) as db:  # what the previous release created: no xfailed / xpassed counters
+        db.execute("ALTER TABLE jobs DROP COLUMN xfailed")
+        db.execute("ALTER TABLE jobs DROP COLUMN xpassed")
+    store = Store(f"sqlite:///{path}")
+    job_id = _planned(store)
+    assert store.get_job(job_id).xfailed == 0
