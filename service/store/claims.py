@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
@@ -15,6 +16,7 @@ log = logging.getLogger(__name__)
 # this separator and the step), and a message a worker took but has not acknowledged sits in the hash `unacked`.
 PRIORITY_SEP = "\x06\x16"
 UNACKED = "unacked"
+UNACKED_INDEX = "unacked_index"  # delivery tag -> when a worker took it
 
 
 class Claims:
@@ -84,19 +86,22 @@ class Claims:
         """Messages waiting per Celery queue (kombu's Redis transport keeps each queue as a list of its name)."""
         return {name: int(self._redis.llen(name)) for name in queues}
 
-    def pending_tasks(self, queues: tuple[str, ...]) -> Iterator[tuple[str, list[object]]]:
-        """(task name, args) of every message waiting in these queues or taken by a worker and not yet acknowledged."""
+    def pending_tasks(self, queues: tuple[str, ...], stranded_after_s: float = 30.0
+                      ) -> Iterator[tuple[str, list[object]]]:
+        """(task name, args) of every message waiting in these queues, or taken by a worker and not acknowledged for
+        less than `stranded_after_s`: a live worker starts a task it took at once (prefetch 1, late acks), so an older
+        unacknowledged message of a job still queued belongs to a worker that died, and waits hours for redelivery."""
         for queue in queues:
             for name in (queue, *(f"{queue}{PRIORITY_SEP}{step}" for step in range(1, 10))):
                 for raw in self._redis.lrange(name, 0, -1):
                     yield from _task_of(raw)
-        for raw in self._redis.hvals(UNACKED):
+        recent = self._redis.zrangebyscore(UNACKED_INDEX, time.time() - stranded_after_s, "+inf")
+        for raw in self._redis.hmget(UNACKED, recent) if recent else []:
             try:
                 message = json.loads(raw)[0]
             except (ValueError, IndexError, KeyError, TypeError):
                 continue
             yield from _task_of(json.dumps(message).encode())
-
 
 def _task_of(raw: bytes) -> Iterator[tuple[str, list[object]]]:
     try:

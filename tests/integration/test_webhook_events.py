@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -176,3 +177,17 @@ def test_reaper_plans_again_a_run_whose_plan_message_was_lost(settings: Settings
     redis.Redis.from_url(settings.redis_url).delete("github")  # lost with a Redis restart
     assert f"run {run.id}: planning with no message in the broker; sent again" in reap(ctx)
     assert ("compile_ci.plan_run", [run.id]) in queued(settings)
+
+
+def test_a_message_stranded_with_a_dead_worker_is_sent_again(settings: Settings, tmp_path: Path,
+                                                             client: FlaskClient) -> None:
+    ctx, job_id = _running_job(settings, tmp_path, client, state="queued", queued_at=timedelta(minutes=5))
+    broker = redis.Redis.from_url(settings.redis_url)
+    broker.delete("cpu")
+    ctx.queue.run_job(job_id, "cpu")
+    message = broker.rpop("cpu")  # a worker took it (kombu keeps it as unacknowledged) ...
+    broker.hset("unacked", "tag-1", json.dumps([json.loads(message), "cpu", "cpu"]))
+    broker.zadd("unacked_index", {"tag-1": time.time()})
+    assert reap(ctx) == []  # ... and is about to start it
+    broker.zadd("unacked_index", {"tag-1": time.time() - 120})  # ... and died before it could: hours until redelivery
+    assert reap(ctx) == [f"{job_id}: queued with no message in the broker; sent again"]
