@@ -17,6 +17,7 @@ Loopback only; bounded in time; stops everything it started.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import signal
 import subprocess
@@ -29,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runners.docker_runner import LABEL  # noqa: E402
+from runners.docker_runner import DEPLOYMENT_LABEL, LABEL  # noqa: E402
 from service.celery_app import QUEUES, RUN_JOB  # noqa: E402
 from service.devkit.sandbox.deliveries import pull_request_event  # noqa: E402
 from service.devkit.sandbox.main import FULL_NAME, REPO_ID, post_webhook, wait_until  # noqa: E402
@@ -107,8 +108,10 @@ def tally(stack: Stack, store: Store, prs: int) -> dict[str, object]:
     generations = Counter(r["external_id"] for r in runs)
     jobs = [j for j in cpu_jobs(store)]
     reported = {r["external_id"] for r in runs if r["status"] == "completed"}
-    containers = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={LABEL}"], capture_output=True,
-                                text=True, check=False).stdout.split()
+    deployment = hashlib.sha256(stack.env()["COMPILE_CI_DATABASE_URL"].encode()).hexdigest()[:12]
+    containers = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={LABEL}", "--filter",
+                                 f"label={DEPLOYMENT_LABEL}={deployment}"], capture_output=True, text=True,
+                                check=False).stdout.split()
     runs_reported = {r["external_id"].split("-", 1)[0] for r in runs}
     return {
         "pull_requests_without_check_runs": prs - len(runs_reported),

@@ -10,6 +10,8 @@ from kombu import Queue
 from service.config import Settings
 
 QUEUES = ("cpu", "cuda", "github")
+# kombu's Redis transport keeps one list per priority step and takes from the lowest number first.
+FIRST, NORMAL = 0, 3
 PLAN_RUN = "compile_ci.plan_run"
 RUN_JOB = "compile_ci.run_job"
 REPORT_JOB = "compile_ci.report_job"
@@ -50,8 +52,9 @@ class CeleryQueue:
     def plan_run(self, run_id: str) -> None:
         self._app.send_task(PLAN_RUN, args=[run_id], queue="github")
 
-    def run_job(self, job_id: str, device: str) -> None:
-        self._app.send_task(RUN_JOB, args=[job_id], queue=device)
+    def run_job(self, job_id: str, device: str, *, first: bool = False) -> None:
+        """`first`: ahead of every job waiting (a job that had started already and lost its worker or its message)."""
+        self._app.send_task(RUN_JOB, args=[job_id], queue=device, priority=FIRST if first else NORMAL)
 
     def report_job(self, job_id: str) -> None:
         self._app.send_task(REPORT_JOB, args=[job_id], queue="github")

@@ -61,13 +61,16 @@ def orphaned_jobs(claims: Leases) -> Callable[[str], bool]:
             holder = claims.lease_holder(job_id)
         except Exception:  # Redis down at worker start: leave running containers be, their deadline ends them
             return False
-        if holder is None:
-            return True
-        host, _, rest = holder.partition(":")
-        pid = rest.partition(":")[0]
-        return host == socket.gethostname() and pid.isdigit() and not _alive(int(pid))
+        return holder is None or held_by_a_dead_process_here(holder)
 
     return orphaned
+
+
+def held_by_a_dead_process_here(holder: str) -> bool:
+    """A lease owner (see owner_of) that is a process of this host which no longer exists."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    return host == socket.gethostname() and pid.isdigit() and not _alive(int(pid))
 
 
 def _alive(pid: int) -> bool:

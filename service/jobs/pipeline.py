@@ -48,19 +48,19 @@ def run_job(ctx: WorkerContext, job_id: str) -> None:
         started = lifecycle.start(ctx.store, job_id, ctx.runner.name)
         if started is None:
             return
-        _tell(ctx.queue.report_job, job_id)
+        _tell(lambda: ctx.queue.report_job(job_id))
         retry = _execute(ctx, started, lease)
     if retry:  # only after the lease is gone, or the retry would find it held and drop itself
-        _tell(ctx.queue.run_job, job_id, job.device)
-    _tell(ctx.queue.report_job, job_id)
+        _tell(lambda: ctx.queue.run_job(job_id, job.device, first=True))
+    _tell(lambda: ctx.queue.report_job(job_id))
 
 
-def _tell(send: Callable[..., None], *args: str) -> None:
+def _tell(send: Callable[[], None]) -> None:
     """A message the broker did not take (Redis down) is not lost work: the reaper finds the job and sends it again."""
     try:
-        send(*args)
+        send()
     except Exception as exc:
-        log.warning("%s%s not sent (the reaper sends it again): %s", getattr(send, "__name__", "message"), args, exc)
+        log.warning("a message was not sent (the reaper sends it again): %s", exc)
 
 
 class _Watch:
@@ -86,7 +86,7 @@ class _Watch:
         if progress != self.progress and progress[1]:
             self.progress = progress
             if lifecycle.record_progress(self.ctx.store, self.job, *progress):
-                _tell(self.ctx.queue.report_job, self.job.id)
+                _tell(lambda: self.ctx.queue.report_job(self.job.id))
 
 
 def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from service.celery_app import PLAN_RUN, QUEUES, RUN_JOB
 from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
-from service.jobs.lease import LEASE_TTL_S
+from service.jobs.lease import LEASE_TTL_S, held_by_a_dead_process_here
 from service.jobs.lifecycle import JobState, RunState
 from service.store import Job, Run, utcnow
 
@@ -45,6 +45,24 @@ def reap(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
             did.append(line)
     for line in did:
         log.warning("reaper: %s", line)
+    return did
+
+
+def recover_jobs_of_dead_workers_here(ctx: WorkerContext) -> list[str]:
+    """At worker start: a running job whose lease a process of this host holds that no longer exists lost its worker
+    (this worker's killed predecessor, say). It runs again at once, first in line, instead of after its lease lapses."""
+    did = []
+    for job in ctx.store.jobs_in_state(JobState.RUNNING):
+        holder = ctx.claims.lease_holder(job.id)
+        if job.device not in ctx.settings.devices or holder is None or not held_by_a_dead_process_here(holder):
+            continue
+        ctx.claims.release_lease(job.id, holder)
+        if job.infra_failures == 0 and lifecycle.requeue_lost(ctx.store, job, "Retrying: its worker was lost"):
+            ctx.queue.run_job(job.id, job.device, first=True)
+            ctx.queue.report_job(job.id)
+            did.append(f"{job.id}: its worker on this host is gone; re-queued first")
+    for line in did:
+        log.warning("worker start: %s", line)
     return did
 
 
@@ -82,7 +100,7 @@ def _running(ctx: WorkerContext, job: Job, now: datetime) -> str | None:
         return None
     if job.infra_failures == 0:
         if lifecycle.requeue_lost(ctx.store, job, "Retrying: its worker was lost"):
-            ctx.queue.run_job(job.id, job.device)
+            ctx.queue.run_job(job.id, job.device, first=True)
             ctx.queue.report_job(job.id)
         return f"{job.id}: running with its lease lapsed (its worker is gone); re-queued"
     if lifecycle.give_up_lost(ctx.store, job, "The worker running this job was lost twice; see the worker logs."):
@@ -94,5 +112,5 @@ def _queued(ctx: WorkerContext, job: Job, now: datetime, waiting: set[str]) -> s
     if job.id in waiting or job.queued_at + MESSAGE_IN_FLIGHT > now:
         return None
     if lifecycle.requeue_lost(ctx.store, job, ""):
-        ctx.queue.run_job(job.id, job.device)
+        ctx.queue.run_job(job.id, job.device, first=True)  # it lost its place in the line, not its turn
     return f"{job.id}: queued with no message in the broker; sent again"

@@ -101,5 +101,9 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
     def reap_jobs(self: Task) -> None:
         reaper.reap(ctx)
 
+    try:
+        reaper.recover_jobs_of_dead_workers_here(ctx)
+    except Exception as exc:  # Redis or the database not up yet: the reaper finds these jobs a little later
+        log.warning("worker start: lost jobs not recovered now: %s", exc)
     app.conf.compile_ci_context = ctx
     return app

@@ -84,7 +84,7 @@ class Claims:
 
     def queue_depths(self, queues: tuple[str, ...]) -> dict[str, int]:
         """Messages waiting per Celery queue (kombu's Redis transport keeps each queue as a list of its name)."""
-        return {name: int(self._redis.llen(name)) for name in queues}
+        return {name: sum(int(self._redis.llen(key)) for key in _lists(name)) for name in queues}
 
     def pending_tasks(self, queues: tuple[str, ...], stranded_after_s: float = 30.0
                       ) -> Iterator[tuple[str, list[object]]]:
@@ -92,7 +92,7 @@ class Claims:
         less than `stranded_after_s`: a live worker starts a task it took at once (prefetch 1, late acks), so an older
         unacknowledged message of a job still queued belongs to a worker that died, and waits hours for redelivery."""
         for queue in queues:
-            for name in (queue, *(f"{queue}{PRIORITY_SEP}{step}" for step in range(1, 10))):
+            for name in _lists(queue):
                 for raw in self._redis.lrange(name, 0, -1):
                     yield from _task_of(raw)
         recent = self._redis.zrangebyscore(UNACKED_INDEX, time.time() - stranded_after_s, "+inf")
@@ -102,6 +102,10 @@ class Claims:
             except (ValueError, IndexError, KeyError, TypeError):
                 continue
             yield from _task_of(json.dumps(message).encode())
+
+def _lists(queue: str) -> list[str]:
+    return [queue, *(f"{queue}{PRIORITY_SEP}{step}" for step in range(1, 10))]
+
 
 def _task_of(raw: bytes) -> Iterator[tuple[str, list[object]]]:
     try:

@@ -54,7 +54,7 @@ def test_tests_finished_before_a_crash_are_reported(settings: Settings, repo: Pa
     (check_run,) = await_check_runs(emulator, sha, 1)
     assert check_run["conclusion"] == "failure"
     assert check_run["output"]["title"] == "pytest exited with code -9"
-    assert "2 test(s) finished before it: 1 passed, 1 failed" in check_run["output"]["summary"]
+    assert "2 test(s) finished before it: 1 failed, 1 passed." in check_run["output"]["summary"]
     assert "test_dying.py::test_second" in check_run["output"]["summary"]
     job = Store(settings.database_url).get_job(job_id_of_external(check_run["external_id"]))
     assert job is not None and (job.passed, job.failed) == (1, 1)

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import socket
+import subprocess
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -19,10 +22,11 @@ from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import fixture, issue_comment_event, pull_request_event, signed
 from service.jobs.context import WorkerContext
 from service.jobs.pipeline import run_job
-from service.jobs.reaper import reap
+from service.jobs.reaper import reap, recover_jobs_of_dead_workers_here
 from service.jobs.run_planning import plan_run
 from service.jobs.tasks import build_context
 from service.store import Job, Store, utcnow
+from service.store.claims import PRIORITY_SEP
 from service.web.app import create_app
 from tests.rows import force_job, force_run
 
@@ -39,9 +43,20 @@ def deliver(client: FlaskClient, event: str, payload: Any):
     return client.post("/webhook", data=body, headers=headers)
 
 
+def _lists(queue: str) -> list[str]:
+    """kombu keeps one list per priority step: the queue's name, then the name + separator + step."""
+    return [queue, *(f"{queue}{PRIORITY_SEP}{step}" for step in range(1, 10))]
+
+
 def queued(settings: Settings, queue: str = "github") -> list[tuple[str, list[Any]]]:
-    messages = [json.loads(m) for m in redis.Redis.from_url(settings.redis_url).lrange(queue, 0, -1)]
+    broker = redis.Redis.from_url(settings.redis_url)
+    messages = [json.loads(m) for name in _lists(queue) for m in broker.lrange(name, 0, -1)]
     return [(m["headers"]["task"], json.loads(base64.b64decode(m["body"]))[0]) for m in messages]
+
+
+def drop(settings: Settings, queue: str) -> None:
+    """What a Redis restart without persistence does to a queue."""
+    redis.Redis.from_url(settings.redis_url).delete(*_lists(queue))
 
 
 def comment(body: str, **extra: Any) -> dict[str, Any]:
@@ -101,7 +116,7 @@ def test_untrusted_author_waits_and_removed_repositories_run_nothing(client: Fla
     assert deliver(client, "installation_repositories", removed).status_code == 202
     assert store.is_uninstalled("octo/zoo")
     ctx = build_context(settings, create_celery(settings), suites_dir=tmp_path)
-    redis.Redis.from_url(settings.redis_url).delete("github")
+    drop(settings, "github")
     plan_run(ctx, run.id)  # dropped with a log line: no approval check run, nothing queued
     assert store.jobs_of(run.id) == [] and queued(settings) == []
 
@@ -151,10 +166,10 @@ def test_reaper_requeues_a_job_whose_lease_lapsed_then_fails_it(settings: Settin
 def test_reaper_resends_a_lost_message_but_not_one_waiting_in_a_backlog(settings: Settings, tmp_path: Path,
                                                                         client: FlaskClient) -> None:
     ctx, job_id = _running_job(settings, tmp_path, client, state="queued", queued_at=timedelta(minutes=5))
-    redis.Redis.from_url(settings.redis_url).delete("cpu")
+    drop(settings, "cpu")
     ctx.queue.run_job(job_id, "cpu")  # waits behind a long backlog: its message is in the broker
     assert reap(ctx) == []
-    redis.Redis.from_url(settings.redis_url).delete("cpu")  # lost with a Redis restart
+    drop(settings, "cpu")  # lost with a Redis restart
     assert reap(ctx) == [f"{job_id}: queued with no message in the broker; sent again"]
     assert queued(settings, "cpu") == [("compile_ci.run_job", [job_id])]
     assert reap(ctx) == []  # sent once, not once per pass
@@ -162,7 +177,7 @@ def test_reaper_resends_a_lost_message_but_not_one_waiting_in_a_backlog(settings
 
 def test_a_job_just_queued_is_not_resent(settings: Settings, tmp_path: Path, client: FlaskClient) -> None:
     ctx, _job_id = _running_job(settings, tmp_path, client, state="queued")
-    redis.Redis.from_url(settings.redis_url).delete("cpu")
+    drop(settings, "cpu")
     assert reap(ctx) == []  # its first message may still be on its way
 
 
@@ -174,7 +189,7 @@ def test_reaper_plans_again_a_run_whose_plan_message_was_lost(settings: Settings
     (run,) = ctx.store.recent_runs()
     force_run(ctx.store, run.id, created_at=utcnow() - timedelta(minutes=5))
     assert not [line for line in reap(ctx) if "planning" in line]  # its plan message waits in the queue
-    redis.Redis.from_url(settings.redis_url).delete("github")  # lost with a Redis restart
+    drop(settings, "github")  # lost with a Redis restart
     assert f"run {run.id}: planning with no message in the broker; sent again" in reap(ctx)
     assert ("compile_ci.plan_run", [run.id]) in queued(settings)
 
@@ -183,11 +198,37 @@ def test_a_message_stranded_with_a_dead_worker_is_sent_again(settings: Settings,
                                                              client: FlaskClient) -> None:
     ctx, job_id = _running_job(settings, tmp_path, client, state="queued", queued_at=timedelta(minutes=5))
     broker = redis.Redis.from_url(settings.redis_url)
-    broker.delete("cpu")
-    ctx.queue.run_job(job_id, "cpu")
+    drop(settings, "cpu")
+    ctx.queue.run_job(job_id, "cpu", first=True)
     message = broker.rpop("cpu")  # a worker took it (kombu keeps it as unacknowledged) ...
     broker.hset("unacked", "tag-1", json.dumps([json.loads(message), "cpu", "cpu"]))
     broker.zadd("unacked_index", {"tag-1": time.time()})
     assert reap(ctx) == []  # ... and is about to start it
     broker.zadd("unacked_index", {"tag-1": time.time() - 120})  # ... and died before it could: hours until redelivery
     assert reap(ctx) == [f"{job_id}: queued with no message in the broker; sent again"]
+
+
+def test_a_restarted_worker_runs_its_killed_predecessors_job_first(settings: Settings, tmp_path: Path,
+                                                                   client: FlaskClient) -> None:
+    ctx, job_id = _running_job(settings, tmp_path, client)
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a process of this host that no longer exists held the lease: the killed worker
+    assert ctx.claims.acquire_lease(job_id, f"{socket.gethostname()}:{gone.pid}:1:{job_id}", 15)
+    drop(settings, "cpu")
+    ctx.queue.run_job("some-other-job", "cpu")  # already waiting when the worker restarts
+    assert recover_jobs_of_dead_workers_here(ctx) == [f"{job_id}: its worker on this host is gone; re-queued first"]
+    assert ctx.store.get_job(job_id).state == "queued" and ctx.claims.lease_holder(job_id) is None
+    # kombu takes the lowest priority step's list first: the recovered job runs before the one that was waiting.
+    broker = redis.Redis.from_url(settings.redis_url)
+    first = [json.loads(m)["headers"]["argsrepr"] for m in broker.lrange("cpu", 0, -1)]
+    assert first == [repr([job_id])] and ("compile_ci.run_job", ["some-other-job"]) in queued(settings, "cpu")
+
+
+def test_a_live_or_remote_worker_keeps_its_job(settings: Settings, tmp_path: Path, client: FlaskClient) -> None:
+    ctx, job_id = _running_job(settings, tmp_path, client)
+    assert ctx.claims.acquire_lease(job_id, f"{socket.gethostname()}:{os.getpid()}:1:{job_id}", 15)
+    assert recover_jobs_of_dead_workers_here(ctx) == []
+    ctx.claims.release_lease(job_id, f"{socket.gethostname()}:{os.getpid()}:1:{job_id}")
+    assert ctx.claims.acquire_lease(job_id, f"another-host:{os.getpid() + 1}:1:{job_id}", 15)
+    assert recover_jobs_of_dead_workers_here(ctx) == []  # a pid of another host says nothing here
+    assert ctx.store.get_job(job_id).state == "running"
