@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from .. import harness, targets
+from .. import harness, judging, module_runs, targets
 
 # aot_eager runs AOT autograd's traced graphs eagerly (isolating AOT autograd itself); inductor compiles them.
 BACKENDS = ["aot_eager", "inductor"]
@@ -42,13 +42,13 @@ def test_lstm_matches_eager(backend: str, device: str) -> None:
     reference = copy.deepcopy(eager_model).to(torch.float64)
     # (seq 4, batch 3, features 5) laid out batch-major and permuted: the LSTM gets a non-contiguous input.
     x = torch.randn(3, 4, 5, device=device).permute(1, 0, 2)
-    eager = harness.forward_and_grads(eager_model, eager_model, (x,), backward=True)
+    eager = module_runs.forward_and_grads(eager_model, eager_model, (x,), backward=True)
     compiled_fn = torch.compile(compiled_model, backend=backend)
-    compiled = harness.forward_and_grads(compiled_fn, compiled_model, (x,), backward=True)
-    fp64 = harness.forward_and_grads(reference, reference, harness.to_fp64((x,)), backward=True)
-    harness.fail_on_differences(
-        harness.differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs)
-        + harness.differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
+    compiled = module_runs.forward_and_grads(compiled_fn, compiled_model, (x,), backward=True)
+    fp64 = module_runs.forward_and_grads(reference, reference, module_runs.to_fp64((x,)), backward=True)
+    judging.fail_on_differences(
+        judging.differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs)
+        + judging.differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
     )
 
 
@@ -173,13 +173,13 @@ def test_non_constant_inputs(device: str) -> None:
     model = ConvThroughHelper().to(device)
     compiled_model = copy.deepcopy(model)
     x = torch.randn(2, 3, 6, 6, device=device)
-    eager = harness.forward_and_grads(model, model, (x,), backward=True)
-    compiled = harness.forward_and_grads(
+    eager = module_runs.forward_and_grads(model, model, (x,), backward=True)
+    compiled = module_runs.forward_and_grads(
         torch.compile(compiled_model, backend="aot_eager"), compiled_model, (x,), backward=True
     )
     fp64_model = copy.deepcopy(model).double()
-    fp64 = harness.forward_and_grads(fp64_model, fp64_model, harness.to_fp64((x,)), backward=True)
-    harness.assert_close_to_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
+    fp64 = module_runs.forward_and_grads(fp64_model, fp64_model, module_runs.to_fp64((x,)), backward=True)
+    judging.assert_close_to_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
     # Both branches are taken across the two calls; each needs its own graph and the gradients must match eager.
     counter = harness.compile_counter("aot_eager")
     compiled_fn = torch.compile(_branch_on_value, backend=counter)
@@ -477,15 +477,15 @@ def test_declared_model_gradients(
     model = declared_model.factory().to(device)
     if not any(p.requires_grad and p.is_floating_point() for p in model.parameters()):
         pytest.skip(f"{declared_model.name} has no floating parameter that requires grad")
-    inputs = harness.map_tensors(declared_model.example_inputs, lambda t: t.to(device))
+    inputs = module_runs.map_tensors(declared_model.example_inputs, lambda t: t.to(device))
     compiled_model, reference = copy.deepcopy(model), copy.deepcopy(model).to(torch.float64)
     with harness.inductor_config(fallback_random=True):
-        eager = harness.forward_and_grads(model, model, inputs, backward=True)
+        eager = module_runs.forward_and_grads(model, model, inputs, backward=True)
         compiled_fn = torch.compile(compiled_model, backend=backend)
-        compiled = harness.forward_and_grads(compiled_fn, compiled_model, inputs, backward=True)
-    fp64 = harness.forward_and_grads(reference, reference, harness.to_fp64(inputs), backward=True)
+        compiled = module_runs.forward_and_grads(compiled_fn, compiled_model, inputs, backward=True)
+    fp64 = module_runs.forward_and_grads(reference, reference, module_runs.to_fp64(inputs), backward=True)
     assert compiled.grads.keys() == eager.grads.keys(), "compiled backward left parameters without gradients"
-    harness.fail_on_differences(
-        harness.differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs)
-        + harness.differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
+    judging.fail_on_differences(
+        judging.differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs)
+        + judging.differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
     )

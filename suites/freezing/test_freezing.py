@@ -15,7 +15,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .. import harness, targets
+from .. import harness, judging, module_runs, targets
 
 # Batch 2 and 9x9 images with a stride-2 3x3 conv give a 4x4 output: big enough for per-channel statistics to
 # matter, small enough that each compile is dominated by codegen, not by running the convolution.
@@ -32,7 +32,7 @@ def freezing_on() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def full_precision_cuda_convolutions(device: str) -> Iterator[None]:
     # Folding changes which numbers TF32 rounds (scaled weights instead of conv outputs).
-    with harness.full_precision_on_cuda(device):
+    with judging.full_precision_on_cuda(device):
         yield
 
 
@@ -134,9 +134,9 @@ CONV_BN_CASES: dict[str, tuple[Callable[[], nn.Module], Callable[[nn.Module, tor
 def _eager_compiled_reference(fn: Callable[..., Any], module: nn.Module, *inputs: torch.Tensor) -> tuple[Any, Any, Any]:
     """Eager, compiled and float64 results of ``fn(module, *inputs)``; the reference copy is taken first."""
     reference = copy.deepcopy(module).to(torch.float64)
-    eager = fn(module, *harness.clone_inputs(inputs))
-    compiled = torch.compile(fn, backend="inductor")(module, *harness.clone_inputs(inputs))
-    fp64 = fn(reference, *harness.to_fp64(inputs))
+    eager = fn(module, *module_runs.clone_inputs(inputs))
+    compiled = torch.compile(fn, backend="inductor")(module, *module_runs.clone_inputs(inputs))
+    fp64 = fn(reference, *module_runs.to_fp64(inputs))
     return compiled, eager, fp64
 
 
@@ -145,7 +145,7 @@ def test_conv_bn_folded_matches_eager(case: str, device: str) -> None:
     factory, use, must_fold = CONV_BN_CASES[case]
     module = factory().to(device).eval()
     compiled, eager, fp64 = _eager_compiled_reference(use, module, torch.randn(IMAGE_SHAPE, device=device))
-    harness.assert_close_to_reference(compiled, eager, fp64)
+    judging.assert_close_to_reference(compiled, eager, fp64)
     if must_fold:
         # Without a fold the test above would only prove that unfolded conv+bn is right.
         assert harness.inductor_counter("binary_folding") > 0, "freezing did not fold the batchnorm into the conv"
@@ -161,7 +161,7 @@ def test_conv_bn_folded_in_low_precision(device: str) -> None:
     low = module.to(dtype)
     eager = low(x.to(dtype))
     compiled = torch.compile(low, backend="inductor")(x.to(dtype))
-    harness.assert_close_to_reference(compiled, eager, reference(x.double()))
+    judging.assert_close_to_reference(compiled, eager, reference(x.double()))
     assert harness.inductor_counter("binary_folding") > 0, f"freezing did not fold the batchnorm in {dtype}"
 
 
@@ -191,7 +191,7 @@ def test_folding_keeps_dtype(case: str, device: str) -> None:
     x = torch.randn(IMAGE_SHAPE, device=device).to(dtype)
     compiled, eager, fp64 = _eager_compiled_reference(scaled_conv, conv, x)
     assert compiled.dtype == eager.dtype, f"folding changed the dtype: compiled {compiled.dtype}, eager {eager.dtype}"
-    harness.assert_close_to_reference(compiled, eager, fp64)
+    judging.assert_close_to_reference(compiled, eager, fp64)
     if must_fold:
         assert harness.inductor_counter("binary_folding") > 0, "freezing did not fold the scalar into the conv"
 
@@ -211,7 +211,7 @@ def test_folded_parameters_released(device: str) -> None:
         with pytest.raises(RuntimeError):
             module(x)
         second = compiled_module(x)  # the compiled graph owns the constants now
-    harness.assert_close_to_reference((first, second), (eager, eager), (reference(x.double()),) * 2)
+    judging.assert_close_to_reference((first, second), (eager, eager), (reference(x.double()),) * 2)
 
 
 def test_aliased_parameter_return_not_folded(device: str) -> None:
@@ -247,7 +247,7 @@ def test_autocast_weights_not_folded_in_wrong_dtype(device: str) -> None:
         eager = module(x)
         compiled = torch.compile(module, backend="inductor")(x)
     assert compiled.dtype == eager.dtype == dtype, f"compiled {compiled.dtype}, eager {eager.dtype}"
-    harness.assert_close_to_reference(compiled, eager, reference(x.double()))
+    judging.assert_close_to_reference(compiled, eager, reference(x.double()))
 
 
 def test_random_op_not_folded(device: str) -> None:
@@ -272,7 +272,7 @@ def test_symbolic_sizes_not_folded(device: str) -> None:
     for shape in ((2, 4, 6), (3, 5, 6)):
         a = torch.randn(shape, device=device)
         harness.mark_dynamic(a, 0, 1)
-        harness.assert_close_to_reference(compiled(a), cos_and_zeros(a), cos_and_zeros(a.double()), what=str(shape))
+        judging.assert_close_to_reference(compiled(a), cos_and_zeros(a), cos_and_zeros(a.double()), what=str(shape))
     assert counter.frame_count == 1, f"symbolic sizes recompiled: {counter.frame_count} graphs"
 
 
@@ -310,7 +310,7 @@ def test_cpp_wrapper(device: str) -> None:
     assert code, "inductor produced no output code"
     # The C++ wrapper's entry point; the Python wrapper has `def call(` instead (C++ kernels alone do not count).
     assert any("inductor_entry" in source for source in code), "the generated wrapper is not C++"
-    harness.assert_close_to_reference((first, second), (eager, eager), (reference(x.double()),) * 2)
+    judging.assert_close_to_reference((first, second), (eager, eager), (reference(x.double()),) * 2)
 
 
 def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetError, device: str) -> None:
@@ -319,14 +319,14 @@ def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetEr
     if isinstance(declared_model, targets.TargetError):
         declared_model.fail()
     module = declared_model.factory().to(device).eval()
-    inputs = harness.map_tensors(declared_model.example_inputs, lambda t: t.to(device))
+    inputs = module_runs.map_tensors(declared_model.example_inputs, lambda t: t.to(device))
     reference = copy.deepcopy(module).to(torch.float64)
 
     def run(call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         torch.manual_seed(0)
-        return harness.map_tensors(call(*harness.clone_inputs(args)), torch.Tensor.detach)
+        return module_runs.map_tensors(call(*module_runs.clone_inputs(args)), torch.Tensor.detach)
 
     with harness.inductor_config(fallback_random=True):
         eager = run(module, inputs)
         compiled = run(torch.compile(module, backend="inductor"), inputs)
-    harness.assert_close_to_reference(compiled, eager, run(reference, harness.to_fp64(inputs)))
+    judging.assert_close_to_reference(compiled, eager, run(reference, module_runs.to_fp64(inputs)))
