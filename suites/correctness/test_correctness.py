@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from .. import harness, targets
+from .. import harness, judging, module_runs, targets
 
 
 class SmallMLP(nn.Module):
@@ -52,20 +52,20 @@ BUILTIN_MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
 
 def _check_against_eager(
     eager_model: nn.Module, compiled_model: nn.Module, inputs: tuple[object, ...], *, backward: bool
-) -> tuple[harness.ModuleRun, harness.ModuleRun, harness.ModuleRun]:
+) -> tuple[module_runs.ModuleRun, module_runs.ModuleRun, module_runs.ModuleRun]:
     """Run eager, then compiled, then an fp64 copy; judge outputs (and gradients) against the fp64 reference.
 
     ``compiled_model`` may be ``eager_model`` itself: a forward that depends on earlier calls then shows up.
     """
     reference = copy.deepcopy(eager_model).to(torch.float64)  # copied before any call changes module state
-    eager = harness.forward_and_grads(eager_model, eager_model, inputs, backward=backward)
+    eager = module_runs.forward_and_grads(eager_model, eager_model, inputs, backward=backward)
     compiled_fn = torch.compile(compiled_model, backend="inductor")
-    compiled = harness.forward_and_grads(compiled_fn, compiled_model, inputs, backward=backward)
-    fp64 = harness.forward_and_grads(reference, reference, harness.to_fp64(inputs), backward=backward)
-    problems = harness.differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs, what="output")
+    compiled = module_runs.forward_and_grads(compiled_fn, compiled_model, inputs, backward=backward)
+    fp64 = module_runs.forward_and_grads(reference, reference, module_runs.to_fp64(inputs), backward=backward)
+    problems = judging.differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs, what="output")
     if backward:
-        problems += harness.differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
-    harness.fail_on_differences(problems)
+        problems += judging.differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
+    judging.fail_on_differences(problems)
     return eager, compiled, fp64
 
 
@@ -95,7 +95,7 @@ def test_training_step(name: str, device: str) -> None:
         eager_model, compiled_model, (torch.randn(shape, device=device),), backward=True
     )
     assert compiled.grads.keys() == dict(eager_model.named_parameters()).keys(), "some parameters got no gradient"
-    harness.assert_close_to_reference(compiled.buffers, eager.buffers, fp64.buffers, what="buffer")
+    judging.assert_close_to_reference(compiled.buffers, eager.buffers, fp64.buffers, what="buffer")
 
 
 def test_manual_graph_break(device: str) -> None:
@@ -110,7 +110,7 @@ def test_manual_graph_break(device: str) -> None:
     x = torch.randn(6, 10, device=device)
     counter = harness.compile_counter("inductor")
     actual = torch.compile(softplus_then_norm, backend=counter)(x.clone())
-    harness.assert_close_to_reference(actual, softplus_then_norm(x.clone()), softplus_then_norm(x.double()))
+    judging.assert_close_to_reference(actual, softplus_then_norm(x.clone()), softplus_then_norm(x.double()))
     assert counter.frame_count == 2, f"expected one graph before and one after the break, got {counter.frame_count}"
     assert harness.graph_break_count() >= 1, "dynamo did not record the graph break"
 
@@ -133,7 +133,7 @@ def test_dynamic_shapes_one_graph_for_all_sizes(device: str) -> None:
             out = fn(xi, wi)
             out.sum().backward()
             results.append((out.detach(), xi.grad, wi.grad))
-        harness.assert_close_to_reference(*results, what=f"batch_{batch}(output, x.grad, w.grad)")
+        judging.assert_close_to_reference(*results, what=f"batch_{batch}(output, x.grad, w.grad)")
     assert counter.frame_count == 1, f"recompiled for new batch sizes: {counter.frame_count} graphs"
 
 
@@ -176,7 +176,7 @@ def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetEr
     if isinstance(declared_model, targets.TargetError):
         declared_model.fail()
     model = declared_model.factory().to(device)
-    inputs = harness.map_tensors(declared_model.example_inputs, lambda t: t.to(device))
+    inputs = module_runs.map_tensors(declared_model.example_inputs, lambda t: t.to(device))
     backward = any(p.requires_grad and p.is_floating_point() for p in model.parameters())
     with harness.inductor_config(fallback_random=True):
         _check_against_eager(model, model, inputs, backward=backward)

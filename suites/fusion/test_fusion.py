@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from .. import harness, targets
+from .. import harness, judging, module_runs, targets
 from .conftest import DeclaredFusion
 
 
@@ -86,7 +86,7 @@ def test_memory_efficient_fusion_matches_eager(chain: str, device: str) -> None:
         actual = _value_and_grads(fused, inputs)
     expected = _value_and_grads(fn, inputs)
     reference = _value_and_grads(fn, [t.double() for t in inputs])
-    harness.assert_close_to_reference(actual, expected, reference, what=f"{chain}(value, *input grads)")
+    judging.assert_close_to_reference(actual, expected, reference, what=f"{chain}(value, *input grads)")
 
 
 _KERNEL_DEFINITION = re.compile(r"=\s*async_compile\.(cpp_pybinding|cpp|triton)\(")
@@ -98,7 +98,7 @@ def test_inductor_fuses_pointwise_chain_into_one_kernel(chain: str, device: str)
     fn, shapes = CHAINS[chain]
     inputs = [t.detach() for t in _inputs(shapes, device)]
     actual, code = harness.run_and_get_code(torch.compile(fn, backend="inductor"), *inputs)
-    harness.assert_close_to_reference(actual, fn(*inputs), fn(*[t.double() for t in inputs]))
+    judging.assert_close_to_reference(actual, fn(*inputs), fn(*[t.double() for t in inputs]))
     kernels = sum(len(_KERNEL_DEFINITION.findall(source)) for source in code)
     assert kernels == 1, f"{chain}: expected one fused kernel, inductor generated {kernels}"
 
@@ -211,19 +211,19 @@ def test_declared_fusion(declared_fusion: DeclaredFusion | targets.TargetError, 
     # floating input that requires grad.
     if isinstance(declared_fusion, targets.TargetError):
         declared_fusion.fail()
-    inputs = harness.map_tensors(declared_fusion.example_inputs, lambda t: t.to(device))
+    inputs = module_runs.map_tensors(declared_fusion.example_inputs, lambda t: t.to(device))
 
     def run(fn: Callable[..., object], args: tuple[object, ...]) -> tuple[object, dict[str, torch.Tensor]]:
-        args = harness.clone_inputs(args)
+        args = module_runs.clone_inputs(args)
         out = fn(*args)
-        leaves = [t for _, t in harness.flatten_outputs(out) if isinstance(t, torch.Tensor) and t.requires_grad]
+        leaves = [t for _, t in module_runs.flatten_outputs(out) if isinstance(t, torch.Tensor) and t.requires_grad]
         grads: dict[str, torch.Tensor] = {}
         if leaves:
             torch.autograd.backward(leaves, [torch.ones_like(t) for t in leaves])
             grads = {
                 f"input[{i}]": a.grad for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.grad is not None
             }
-        return harness.map_tensors(out, torch.Tensor.detach), grads
+        return module_runs.map_tensors(out, torch.Tensor.detach), grads
 
     with harness.inductor_config(fallback_random=True):
         torch.manual_seed(0)
@@ -231,8 +231,8 @@ def test_declared_fusion(declared_fusion: DeclaredFusion | targets.TargetError, 
         torch.manual_seed(0)
         compiled = run(torch.compile(declared_fusion.fn, backend="inductor"), inputs)
     torch.manual_seed(0)
-    reference = run(declared_fusion.fn, harness.to_fp64(inputs))
-    harness.fail_on_differences(
-        harness.differences_from_reference(compiled[0], eager[0], reference[0])
-        + harness.differences_from_reference(compiled[1], eager[1], reference[1], what="grad")
+    reference = run(declared_fusion.fn, module_runs.to_fp64(inputs))
+    judging.fail_on_differences(
+        judging.differences_from_reference(compiled[0], eager[0], reference[0])
+        + judging.differences_from_reference(compiled[1], eager[1], reference[1], what="grad")
     )

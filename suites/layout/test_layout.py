@@ -16,7 +16,7 @@ import pytest
 import torch
 from torch import nn
 
-from .. import harness, targets
+from .. import harness, judging, module_runs, targets
 
 
 @pytest.fixture(autouse=True)
@@ -27,7 +27,7 @@ def layout_optimization_forced() -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def full_precision_cuda_convolutions(device: str) -> Iterator[None]:
-    with harness.full_precision_on_cuda(device):
+    with judging.full_precision_on_cuda(device):
         yield
 
 
@@ -39,7 +39,7 @@ def significant_strides(t: torch.Tensor) -> tuple[tuple[int, int], ...]:
 
 def assert_eager_strides(compiled: Any, eager: Any, what: str = "output") -> None:
     """Every tensor the compiled code returns has the strides eager returned for it."""
-    pairs = zip(harness.flatten_outputs(compiled, what), harness.flatten_outputs(eager, what), strict=True)
+    pairs = zip(module_runs.flatten_outputs(compiled, what), module_runs.flatten_outputs(eager, what), strict=True)
     problems = [
         f"{path}: compiled strides {tuple(got.stride())} != eager {tuple(want.stride())} for shape {tuple(want.shape)}"
         for (path, got), (_, want) in pairs
@@ -102,11 +102,11 @@ def _eager_compiled_reference(
 ) -> tuple[Any, Any, Any]:
     """Compiled, eager and float64 outputs of ``module``; the float64 copy is taken before any call."""
     reference = copy.deepcopy(module).to(torch.float64)
-    eager = module(*harness.clone_inputs(inputs))
+    eager = module(*module_runs.clone_inputs(inputs))
     # An OptimizedModule proxies len(), so `compiled_fn or ...` would call a module's __len__.
     compiled_fn = torch.compile(module, backend="inductor") if compiled_fn is None else compiled_fn
-    compiled = compiled_fn(*harness.clone_inputs(inputs))
-    return compiled, eager, reference(*harness.to_fp64(inputs))
+    compiled = compiled_fn(*module_runs.clone_inputs(inputs))
+    return compiled, eager, reference(*module_runs.to_fp64(inputs))
 
 
 @pytest.mark.parametrize("freezing", [False, True], ids=["default", "freezing"])
@@ -123,7 +123,7 @@ def test_conv_output_keeps_eager_strides(freezing: bool, device: str) -> None:
     assert_channels_last_conv(codes, (2, 16, 5, 5))
     assert_eager_strides(compiled, eager)
     compiled.view(2, -1)  # raises on a channels-last result, as it would for a user flattening the output
-    harness.assert_close_to_reference(compiled, eager, fp64)
+    judging.assert_close_to_reference(compiled, eager, fp64)
 
 
 def test_channels_last_input_keeps_eager_strides(device: str) -> None:
@@ -134,7 +134,7 @@ def test_channels_last_input_keeps_eager_strides(device: str) -> None:
         compiled, eager, fp64 = _eager_compiled_reference(model, (x,))
     assert eager.is_contiguous(memory_format=torch.channels_last), "eager output is expected channels-last here"
     assert_eager_strides(compiled, eager)
-    harness.assert_close_to_reference(compiled, eager, fp64)
+    judging.assert_close_to_reference(compiled, eager, fp64)
 
 
 GRAPH_BREAK_MODELS: dict[str, Callable[[], nn.Module]] = {
@@ -155,17 +155,17 @@ def test_graph_break_between_convs(name: str, device: str) -> None:
         )
     assert counter.frame_count == 2, f"expected one graph on each side of the break, got {counter.frame_count}"
     assert_eager_strides(compiled, eager)
-    harness.assert_close_to_reference(compiled, eager, fp64)
+    judging.assert_close_to_reference(compiled, eager, fp64)
 
 
 def _judge_training(model: nn.Module, inputs: tuple[Any, ...]) -> None:
     reference = copy.deepcopy(model).to(torch.float64)
-    eager = harness.forward_and_grads(model, model, inputs, backward=True)
-    compiled = harness.forward_and_grads(torch.compile(model, backend="inductor"), model, inputs, backward=True)
-    fp64 = harness.forward_and_grads(reference, reference, harness.to_fp64(inputs), backward=True)
-    problems = harness.differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs, what="output")
-    problems += harness.differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
-    harness.fail_on_differences(problems)
+    eager = module_runs.forward_and_grads(model, model, inputs, backward=True)
+    compiled = module_runs.forward_and_grads(torch.compile(model, backend="inductor"), model, inputs, backward=True)
+    fp64 = module_runs.forward_and_grads(reference, reference, module_runs.to_fp64(inputs), backward=True)
+    problems = judging.differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs, what="output")
+    problems += judging.differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
+    judging.fail_on_differences(problems)
     assert compiled.grads.keys() == eager.grads.keys(), "some parameters got no gradient"
     assert_eager_strides(compiled.outputs, eager.outputs)
 
@@ -223,7 +223,7 @@ def test_mutating_conv_output(mutate: str, device: str) -> None:
     with torch.no_grad():
         compiled, eager, fp64 = _eager_compiled_reference(model, (torch.randn(IMAGE_SHAPE, device=device),))
     assert_eager_strides(compiled, eager)
-    harness.assert_close_to_reference(compiled, eager, fp64)
+    judging.assert_close_to_reference(compiled, eager, fp64)
 
 
 def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetError, device: str) -> None:
@@ -232,10 +232,10 @@ def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetEr
     if isinstance(declared_model, targets.TargetError):
         declared_model.fail()
     model = declared_model.factory().to(device).eval()
-    inputs = harness.map_tensors(declared_model.example_inputs, lambda t: t.to(device))
+    inputs = module_runs.map_tensors(declared_model.example_inputs, lambda t: t.to(device))
     variants = {"as_given": inputs}
     if any(isinstance(t, torch.Tensor) and t.dim() == 4 for t in inputs):
-        variants["channels_last"] = harness.map_tensors(
+        variants["channels_last"] = module_runs.map_tensors(
             inputs, lambda t: t.to(memory_format=torch.channels_last) if t.dim() == 4 else t
         )
     reference = copy.deepcopy(model).to(torch.float64)
@@ -243,11 +243,11 @@ def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetEr
 
     def run(call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         torch.manual_seed(0)
-        return call(*harness.clone_inputs(args))
+        return call(*module_runs.clone_inputs(args))
 
     with torch.no_grad(), harness.inductor_config(fallback_random=True):
         for variant, args in variants.items():
             eager, compiled = run(model, args), run(compiled_model, args)
-            fp64 = run(reference, harness.to_fp64(args))
-            harness.assert_close_to_reference(compiled, eager, fp64, what=variant)
+            fp64 = run(reference, module_runs.to_fp64(args))
+            judging.assert_close_to_reference(compiled, eager, fp64, what=variant)
             assert_eager_strides(compiled, eager, what=variant)

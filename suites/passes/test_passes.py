@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.testing import FileCheck
 
-from .. import harness, targets
+from .. import harness, judging, module_runs, targets
 from .conftest import DeclaredPass
 
 aten = torch.ops.aten
@@ -60,7 +60,7 @@ def test_without_custom_pass_cos_stays_cos(device: str) -> None:
     # that rewrites graphs on its own is caught here.
     x = torch.randn(CHAIN_SIZE, device=device)
     actual, code = harness.run_and_get_code(torch.compile(cosine_chain, backend="inductor"), x)
-    harness.assert_close_to_reference(actual, cosine_chain(x), cosine_chain(x.double()))
+    judging.assert_close_to_reference(actual, cosine_chain(x), cosine_chain(x.double()))
     FileCheck().check("cos(").check_not("sin(").run("\n".join(code))
 
 
@@ -113,7 +113,7 @@ def test_pattern_matcher_pass_counts_matches(hook: str, device: str) -> None:
     a, b, c = (torch.randn(CHAIN_SIZE, device=device) for _ in range(3))
     with harness.inductor_config(pattern_matcher=False, **{hook: custom}):
         actual = torch.compile(two_add_relus, backend="inductor")(a, b, c)
-    harness.assert_close_to_reference(actual, two_add_relus(a, b, c), two_add_relus(a.double(), b.double(), c.double()))
+    judging.assert_close_to_reference(actual, two_add_relus(a, b, c), two_add_relus(a.double(), b.double(), c.double()))
     matches, nodes = harness.pattern_matcher_counts()
     assert (matches, nodes) == (2, 4), f"expected 2 matches of add->relu (4 nodes), counted {matches} ({nodes} nodes)"
 
@@ -199,18 +199,18 @@ def _training_step_matches_eager(model_entry: targets.DeclaredModel, device: str
     """Compile one forward+backward of the model with inductor and judge outputs and parameter gradients against
     eager and an fp64 copy; random ops use eager's RNG so dropout masks agree."""
     model = model_entry.factory().to(device)
-    inputs = harness.map_tensors(model_entry.example_inputs, lambda t: t.to(device))
+    inputs = module_runs.map_tensors(model_entry.example_inputs, lambda t: t.to(device))
     backward = any(p.requires_grad and p.is_floating_point() for p in model.parameters())
     compiled_model = copy.deepcopy(model)
     reference = copy.deepcopy(model).to(torch.float64)
-    eager = harness.forward_and_grads(model, model, inputs, backward=backward)
+    eager = module_runs.forward_and_grads(model, model, inputs, backward=backward)
     with harness.inductor_config(fallback_random=True):
         compiled_fn = torch.compile(compiled_model, backend="inductor")
-        compiled = harness.forward_and_grads(compiled_fn, compiled_model, inputs, backward=backward)
-    fp64 = harness.forward_and_grads(reference, reference, harness.to_fp64(inputs), backward=backward)
-    problems = harness.differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs, what="output")
-    problems += harness.differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
-    harness.fail_on_differences(problems)
+        compiled = module_runs.forward_and_grads(compiled_fn, compiled_model, inputs, backward=backward)
+    fp64 = module_runs.forward_and_grads(reference, reference, module_runs.to_fp64(inputs), backward=backward)
+    problems = judging.differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs, what="output")
+    problems += judging.differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
+    judging.fail_on_differences(problems)
 
 
 @pytest.mark.parametrize("model_entry", _pass_models(), ids=lambda entry: entry.test_id)
