@@ -1,0 +1,110 @@
+"""What compile-ci costs on someone else's suite: PyTorch's own compiler tests as a repository's `repo` suite.
+
+    python bench/foreign_suite.py [--pairs 3] [--image compile-ci/runner-cpu:latest]
+
+The foreign suite is built at run time, never committed: the test files of ../shared/seeds (PyTorch's layout,
+custom-pass, freezing and memory-efficient-fusion tests; the AOT-autograd file does not parse and is left out) are
+extracted into a temporary repository beside this folder's compatibility shim (conftest.py, inductor/). Each pair
+runs, in the same runner image through the DockerRunner, bare pytest and compile-ci's repo-suite command (the
+capture plugin: generated code, counters, metrics, progress), cold (empty compile cache) then warm (its own cache
+again), interleaved: bare cold, compile-ci cold, bare warm, compile-ci warm. Prints per-test outcome differences
+(must be none), each side's pytest summary, and the wall-time ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from runners.docker_runner import DockerRunner  # noqa: E402
+from runners.protocol import RunSpec  # noqa: E402
+from service.github.checks import count_outcomes, summary_line  # noqa: E402
+from service.jobs.outcome import read_attempt  # noqa: E402
+
+SEEDS = ROOT.parent / "shared" / "seeds"
+SHIM = Path(__file__).resolve().parent / "foreign_suite"
+LEFT_OUT = ("test_aot_autograd.py",)  # an annotated copy that no longer parses
+
+
+def build_repository(root: Path) -> Path:
+    repo = root / "foreign"
+    tests = repo / "tests"
+    tests.mkdir(parents=True)
+    for seed in sorted(SEEDS.glob("0*.txt")):
+        text = seed.read_text()
+        name = re.search(r"`[^`]*[\\/](test_\w+\.py)`", text)
+        body = re.search(r"```[a-z]*\n(.*)\n```", text, re.S)
+        if name and body and name.group(1) not in LEFT_OUT:
+            (tests / name.group(1)).write_text(body.group(1))
+    shutil.copy(SHIM / "conftest.py", tests / "conftest.py")
+    shutil.copytree(SHIM / "inductor", repo / "inductor", ignore=shutil.ignore_patterns("__pycache__"))
+    for path in [repo, *repo.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return repo
+
+
+def command(repo: Path, out: Path, captured: bool) -> tuple[str, ...]:
+    """The pipeline's repo-suite command (service/jobs/pipeline.py `_spec`), with or without the capture plugin."""
+    plugin = ("-p", "suites.plugin") if captured else ()
+    return ("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin, "-o", "junit_family=xunit1",
+            f"--junitxml={out / 'junit.xml'}", "--rootdir", str(repo), str(repo / "tests"))
+
+
+def run_once(runner: DockerRunner, repo: Path, work: Path, name: str, captured: bool, cache: Path) -> dict[str, object]:
+    out = work / name
+    shutil.rmtree(out, ignore_errors=True)
+    env = {"COMPILE_CI_DEVICE": "cpu", "COMPILE_CI_CHECKOUT": str(repo),
+           "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton")}
+    if captured:
+        env["COMPILE_CI_OUTPUT_DIR"] = str(out)
+    spec = RunSpec(job_id=f"foreign-{name}", command=command(repo, out, captured), checkout_dir=repo,
+                   output_dir=out, timeout_s=3600, device="cpu", env=env, cache_dir=cache)
+    result = runner.run(spec)
+    attempt = read_attempt(out, [str(repo)], repo)
+    outcomes = {r.nodeid: r.outcome for r in attempt.records}
+    print(f"  {name:<14} {result.duration_s:7.1f} s  exit {result.exit_code}  "
+          f"{summary_line(count_outcomes(outcomes.values()))}", flush=True)
+    return {"wall_s": result.duration_s, "outcomes": outcomes}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--image", default="compile-ci/runner-cpu:latest")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="compile-ci-foreign-"))
+    repo = build_repository(work)
+    runner = DockerRunner({"cpu": args.image})
+    ratios: dict[str, list[float]] = {"cold": [], "warm": []}
+    differences = 0
+    for pair in range(1, args.pairs + 1):
+        print(f"pair {pair}:")
+        caches = {side: work / f"cache-{side}-{pair}" for side in ("bare", "ci")}
+        for phase in ("cold", "warm"):
+            bare = run_once(runner, repo, work, f"bare-{phase}-{pair}", False, caches["bare"])
+            ci = run_once(runner, repo, work, f"ci-{phase}-{pair}", True, caches["ci"])
+            ratios[phase].append(float(ci["wall_s"]) / float(bare["wall_s"]))  # type: ignore[arg-type]
+            diff = {k for k in set(bare["outcomes"]) | set(ci["outcomes"])  # type: ignore[arg-type]
+                    if bare["outcomes"].get(k) != ci["outcomes"].get(k)}  # type: ignore[union-attr]
+            differences += len(diff)
+            for nodeid in sorted(diff):
+                print(f"    differs: {nodeid}: bare {bare['outcomes'].get(nodeid)}, "  # type: ignore[union-attr]
+                      f"compile-ci {ci['outcomes'].get(nodeid)}")  # type: ignore[union-attr]
+    summary = {phase: round(statistics.median(values), 3) for phase, values in ratios.items()}
+    print(f"compile-ci / bare pytest (median of {args.pairs}): cold {summary['cold']}, warm {summary['warm']}; "
+          f"outcome differences: {differences}")
+    print(json.dumps({"ratio": summary, "ratios": ratios, "differences": differences, "work": str(work)}))
+    return 0 if differences == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
