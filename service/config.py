@@ -72,6 +72,10 @@ class Settings:
     runner_image_cpu: str = "compile-ci/runner-cpu:latest"
     runner_image_cuda: str = "compile-ci/runner-cuda:latest"
     max_job_minutes: int = 60
+    # Where the worker downloads a repository's [install] requirements from (binary wheels only). Empty: the
+    # worker's own pip configuration. A pull request cannot add indexes.
+    pip_index_url: str = ""
+    pip_extra_index_urls: tuple[str, ...] = ()
     delivery_ttl_seconds: int = 7 * 24 * 3600
     # Live progress of a running job is PATCHed at most this often (GitHub's secondary rate limits).
     progress_interval_seconds: int = 10
@@ -140,6 +144,14 @@ def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ..
     return value
 
 
+def _index_urls(env: Mapping[str, str], name: str, problems: list[str]) -> tuple[str, ...]:
+    urls = tuple(u.strip().rstrip("/") for u in _get(env, name).split(",") if u.strip())
+    for url in urls:
+        if urlparse(url).scheme not in ("http", "https"):
+            problems.append(f"{PREFIX}{name} must be http/https URLs, got {url!r}")
+    return urls
+
+
 def _bool(env: Mapping[str, str], name: str, default: bool, problems: list[str]) -> bool:
     raw = _get(env, name).lower()
     if not raw:
@@ -198,6 +210,8 @@ def _build(env: Mapping[str, str]) -> Settings:
         runner_image_cpu=_get(env, "RUNNER_IMAGE_CPU", "compile-ci/runner-cpu:latest"),
         runner_image_cuda=_get(env, "RUNNER_IMAGE_CUDA", "compile-ci/runner-cuda:latest"),
         max_job_minutes=_int(env, "MAX_JOB_MINUTES", 60, problems),
+        pip_index_url=next(iter(_index_urls(env, "PIP_INDEX_URL", problems)), ""),
+        pip_extra_index_urls=_index_urls(env, "PIP_EXTRA_INDEX_URLS", problems),
         delivery_ttl_seconds=_int(env, "DELIVERY_TTL_SECONDS", 7 * 24 * 3600, problems),
         progress_interval_seconds=_int(env, "PROGRESS_INTERVAL_SECONDS", 10, problems),
         reaper_interval_seconds=_int(env, "REAPER_INTERVAL_SECONDS", 60, problems),

@@ -19,6 +19,7 @@ from service.config import Settings
 from service.github import reporting
 from service.github.annotations import locate_in_checkout
 from service.github.api import GitHubApp
+from service.jobs import install
 from service.jobs.junit import JUnitError, parse_junit
 from service.jobs.planning import PlannedJob, builtin_suites, plan_jobs
 from service.jobs.repo_config import CONFIG_FILE, RepoConfig, default_config, parse_repo_config
@@ -226,9 +227,11 @@ def _execute(ctx: WorkerContext, job: Job, owner: str) -> bool:
             assert not isinstance(config, list), "planned jobs have a valid config"
             checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
             spec = _spec(ctx, job, config, checkout, out)
-            roots = [str(spec.checkout_dir), spec.env.get("COMPILE_CI_CHECKOUT", "")]
-            (out / "log.txt").write_text(f"$ {' '.join(spec.command)}\n")
+            roots = [str(spec.checkout_dir), spec.env.get("COMPILE_CI_CHECKOUT", ""), *install.source_roots(out)]
+            (out / "log.txt").write_text(f"$ {' '.join(install.shown(spec.command))}\n")
             result = ctx.runner.run(spec, _Watch(ctx, job, owner, out))
+        except install.InstallFailed as exc:  # the PR's requirements, not the service: no retry
+            result = install.failed_result(out, exc)
         except Exception as exc:  # the runner or checkout broke, not the PR
             log.exception("job %s: infrastructure error", job.id)
             result = RunResult(None, 0.0, infra_error=f"{type(exc).__name__}: {exc}")
@@ -256,10 +259,12 @@ def _spec(ctx: WorkerContext, job: Job, config: RepoConfig, checkout: Path, out:
         "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
         "TRITON_CACHE_DIR": str(cache / "triton"),
     }
+    deps = install.prepare(ctx.settings, config.requirements, ctx.runner.cache_key(job.device))
+    if deps is not None or config.install_package:
+        command = install.wrap(command, ctx.runner.python, checkout, deps, config.install_package)
     return RunSpec(job_id=job.id, command=tuple(command), checkout_dir=checkout, output_dir=out,
                    timeout_s=job.timeout_s, device=job.device, env=env, cache_dir=cache,
-                   suites_dir=ctx.suites_dir)
-
+                   suites_dir=ctx.suites_dir, deps_dir=deps)
 
 def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: list[str], checkout: Path) -> bool:
     if result.infra_error and job.infra_failures == 0 and not job.cancel_requested:
@@ -275,7 +280,7 @@ def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: l
         except JUnitError as exc:
             junit_problem = str(exc)
     counts = {k: sum(r.outcome == k for r in records) for k in ("passed", "failed", "skipped", "error")}
-    conclusion, title, detail = _judge(result, counts, junit_problem)
+    conclusion, title, detail = install.judged(out, result) or _judge(result, counts, junit_problem)
     current = ctx.store.get_job(job.id)
     if conclusion == "cancelled" and current is not None and current.detail:
         detail = current.detail  # why it was cancelled (a newer push, /cancel), set while it ran
