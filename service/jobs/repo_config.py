@@ -99,7 +99,7 @@ def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> Repo
 def requirement_problem(text: str) -> str | None:
     """Why a requirement line is refused, or None: only `name[extras] <specifiers>` from the deployment's indexes."""
     stripped = text.strip()
-    if stripped.startswith("-"):
+    if re.search(r"(^|\s)-", stripped):  # also an option after a newline or a space: pip reads those too
         return f"{text!r}: pip options are not allowed (indexes are chosen by the deployment, not the pull request)"
     if "://" in stripped or "/" in stripped or "@" in stripped or stripped.startswith("."):
         return f"{text!r}: URLs and paths are not allowed; name a package from the deployment's index"
