@@ -17,7 +17,7 @@ from runners.protocol import Runner, RunResult, RunSpec
 from service.celery_app import CeleryQueue
 from service.config import Settings
 from service.github import reporting
-from service.github.annotations import locate_in_checkout
+from service.github.annotations import declared_target, locate_in_checkout
 from service.github.api import GitHubApp
 from service.jobs import install
 from service.jobs.junit import JUnitError, parse_junit
@@ -308,9 +308,15 @@ def _with_metrics(record: TestRecord, out: Path) -> TestRecord:
 
 def _located(record: TestRecord, roots: list[str], checkout: Path) -> TestRecord:
     if record.outcome not in ("failed", "error"):
-        return record
-    where = locate_in_checkout(record.details, [r for r in roots if r], lambda rel: (checkout / rel).is_file())
-    return record if where is None else replace(record, repo_path=where[0], repo_line=where[1])
+        return replace(record, repo_path="")
+
+    def exists(rel: str) -> bool:
+        return (checkout / rel).is_file()
+
+    # The declared target's definition first (a pass, a model class), else the deepest frame in the checkout.
+    where = declared_target(record.repo_path, exists) or locate_in_checkout(record.details, [r for r in roots if r],
+                                                                              exists)
+    return replace(record, repo_path=where[0] if where else "", repo_line=where[1] if where else None)
 
 
 def _judge(result: RunResult, counts: dict[str, int], junit_problem: str | None) -> tuple[str, str, str]:
