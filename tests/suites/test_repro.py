@@ -8,9 +8,16 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+from werkzeug.serving import make_server
+
+from service.config import Settings
+from service.store import Store
+from service.web.app import create_app
 from suites.naming import sanitise_nodeid
+from tests.browser.seed import SeededTest, seed_job, seed_run
 
 from .suite_run import REPO, run_suite
 
@@ -33,7 +40,8 @@ def examples():
 TEST = "test_declared_model[drifts]"
 
 
-def test_repro_of_a_failing_declared_model_runs_from_a_clone_and_fails_the_same_way(tmp_path: Path) -> None:
+def test_repro_of_a_failing_declared_model_runs_from_a_clone_and_fails_the_same_way(tmp_path: Path,
+                                                                                     settings: Settings) -> None:
     checkout = tmp_path / "job" / "checkout"
     (checkout / "zoo").mkdir(parents=True)
     (checkout / "zoo" / "__init__.py").write_text("")
@@ -51,15 +59,24 @@ def test_repro_of_a_failing_declared_model_runs_from_a_clone_and_fails_the_same_
     text = repro.read_text()
     assert str(tmp_path) not in text, "the repro names a path of the job's machine"
 
-    # A developer's clone elsewhere; the job's directories are gone.
+    # The service keeps the job's artifacts and serves its pages; a developer's clone is elsewhere, and the job's
+    # directories are gone. `compile-ci repro <job page URL> drifts` fetches the repro and runs it there.
+    store = Store(settings.database_url)
+    job = seed_job(settings, store, seed_run(store), [SeededTest(f"correctness/test_correctness.py::{TEST}", "failed")])
+    shutil.copy(repro, settings.artifacts_dir / job.run_id / job.id / "1" / repro.relative_to(out))
     clone = tmp_path / "laptop" / "widgets"
     shutil.copytree(checkout, clone)
-    shutil.copy(repro, clone / "repro.py")
     shutil.rmtree(tmp_path / "job")
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPILE_CI_")}
     env["PYTHONPATH"] = str(REPO)  # compile-ci's suites, as a developer would have them
-    proc = subprocess.run([sys.executable, "repro.py"], cwd=clone, env=env, capture_output=True, text=True,
-                          timeout=300)
+    server = make_server("127.0.0.1", 0, create_app(settings), threaded=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "service.cli", "repro",
+                               f"http://127.0.0.1:{server.server_port}/jobs/{job.id}", "drifts"],
+                              cwd=clone, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        server.shutdown()
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output[-4000:]
     assert "FAILED " in output and TEST in output, output[-4000:]
