@@ -147,8 +147,9 @@ def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ..
 def _index_urls(env: Mapping[str, str], name: str, problems: list[str]) -> tuple[str, ...]:
     urls = tuple(u.strip().rstrip("/") for u in _get(env, name).split(",") if u.strip())
     for url in urls:
-        if urlparse(url).scheme not in ("http", "https"):
-            problems.append(f"{PREFIX}{name} must be http/https URLs, got {url!r}")
+        # file: serves an index kept on the worker's disk (an air-gapped mirror, the sandbox's).
+        if urlparse(url).scheme not in ("http", "https", "file"):
+            problems.append(f"{PREFIX}{name} must be http, https or file URLs, got {url!r}")
     return urls
 
 
