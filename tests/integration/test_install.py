@@ -42,8 +42,22 @@ version = "0.1"
 dependencies = ["tinydep"]
 """
 WIDGETS = 'from tinydep import greet\n\n\ndef hello():\n    return greet() + ", widgets"\n'
-REPO_TEST = ("from widgets import hello\n\n\n"
-             "def test_hello_uses_the_dependency():\n    assert hello() == 'hello, widgets'\n")
+REPO_TEST = """\
+import pathlib
+
+import pytest
+import tinydep
+from widgets import hello
+
+
+def test_hello_uses_the_dependency():
+    assert hello() == "hello, widgets"
+
+
+def test_the_shared_environment_cannot_be_poisoned_for_the_next_job():
+    with pytest.raises(OSError):
+        (pathlib.Path(tinydep.__file__).parent / "__init__.py").write_text("def greet():\\n    return 'pwned'\\n")
+"""
 
 
 def _free_port() -> int:
@@ -145,7 +159,7 @@ def test_requirements_installed_offline_cached_and_install_failures_named(
     open_pr(docker_settings, 1, clean, "clean")
     (first,) = await_check_runs(emulator, clean, 1, timeout_s=300)
     assert (first["name"], first["conclusion"]) == ("repo (cpu)", "success"), _output(first)
-    assert first["output"]["title"] == "1 passed, 0 skipped"
+    assert first["output"]["title"] == "2 passed, 0 skipped"
     assert _downloads(log) == before + 1  # the worker fetched the wheel; the job itself had no network
 
     broken = commit_file(widgets, "broken", ".compile-ci.toml", CONFIG.format(requirement="tinydep==9.9"), "bump")
@@ -161,6 +175,16 @@ def test_requirements_installed_offline_cached_and_install_failures_named(
     (second,) = await_check_runs(emulator, again, 1, timeout_s=300)
     assert second["conclusion"] == "success", _output(second)
     assert _downloads(log) == before + 1  # the cached environment: nothing downloaded a second time
+
+    # A failure in the package is annotated at the package's line, though the job imported it from its own copy.
+    broke = commit_file(widgets, "broke", "widgets/__init__.py",
+                        'from tinydep import greet\n\n\ndef hello():\n    raise ValueError("widgets broke")\n', "oops")
+    open_pr(docker_settings, 5, broke, "broke")
+    (red,) = await_check_runs(emulator, broke, 1, timeout_s=300)
+    assert (red["conclusion"], red["output"]["title"]) == ("failure", "1 failed, 1 passed, 0 skipped"), _output(red)
+    (note,) = red["annotations"]
+    assert (note["path"], note["start_line"]) == ("widgets/__init__.py", 5), note
+    assert "test_hello_uses_the_dependency" in note["message"]
 
 
 @pytest.mark.e2e
