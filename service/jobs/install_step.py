@@ -66,6 +66,8 @@ def main(argv):
         site_dirs.append(sysconfig.get_path("purelib", vars={"base": prefix, "platbase": prefix}))
         command = [arg.replace(checkout, copy) if arg.startswith(checkout) else arg for arg in command]
         env["COMPILE_CI_CHECKOUT"] = copy
+        # From the clone's root, as on a laptop: pytest then names the repository's frames relative to it.
+        os.chdir(copy)
     path.insert(0, _boot_dir(tmp, site_dirs))
     env["PYTHONPATH"] = os.pathsep.join(path + [env.get("PYTHONPATH", "")]).strip(os.pathsep)
     os.execvpe(command[0], command, env)
