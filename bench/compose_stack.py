@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.devkit.github_emulator import GitHubEmulator
-from service.devkit.sandbox.main import FULL_NAME, _as_expected, open_sample_pull_requests, print_check_runs, wait_until
+from service.devkit.sandbox.main import (
+    CHECK_RUNS,
+    FULL_NAME,
+    _as_expected,
+    open_sample_pull_requests,
+    print_check_runs,
+    wait_until,
+)
 from service.devkit.sandbox.stack import APP_ID, app_keypair, free_port
 
 SERVICE_UID = 10001  # the service image's user: it owns the data directory it writes
@@ -88,6 +95,8 @@ def main() -> int:
         "COMPILE_CI_DATABASE_URL": "postgresql+psycopg://compileci:compileci@postgres/compileci",
         "COMPILE_CI_PUBLIC_URL": f"http://127.0.0.1:{web_port}", "COMPILE_CI_DEVICES": "cpu",
         "COMPILE_CI_CLONE_URL_TEMPLATE": (data / "repos").as_uri() + "/{full_name}",
+        # The sample repository's dependency: open_sample_pull_requests writes this index under the stack's root.
+        "COMPILE_CI_PIP_INDEX_URL": (data / "index" / "simple").as_uri(),
     }
     env_file = root / "compile-ci.env"
     env_file.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
@@ -133,7 +142,7 @@ def wait_for_check_runs(stack: ComposeStack, timeout_s: float) -> list[dict[str,
     def done() -> bool:
         stack.check_alive()
         runs = stack.emulator.check_runs(FULL_NAME)
-        return len(runs) >= 4 and all(r["status"] == "completed" for r in runs)
+        return len(runs) >= CHECK_RUNS and all(r["status"] == "completed" for r in runs)
 
     wait_until(done, timeout_s, "the check runs to complete")
     return stack.emulator.check_runs(FULL_NAME)

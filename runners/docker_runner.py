@@ -34,6 +34,7 @@ OUTPUT_MOUNT = "/job/out"
 # there and the cache variables point inside it.
 CACHE_MOUNT = "/tmp/torchinductor_runner"
 IMAGE_SUITES = "/opt/compile-ci/suites"
+DEPS_MOUNT = "/job/deps"
 TMPFS_MB = 4096
 STOP_GRACE_S = 10
 
@@ -179,6 +180,9 @@ def container_config(spec: RunSpec, image: str, deployment: str = "default",
     ]
     if spec.cache_dir is not None:
         mounts.append(docker.types.Mount(CACHE_MOUNT, str(spec.cache_dir), type="bind", read_only=False))
+    if spec.deps_dir is not None:
+        # Read-only: shared by every job with the same requirements, so no job may change it for the next.
+        mounts.append(docker.types.Mount(DEPS_MOUNT, str(spec.deps_dir), type="bind", read_only=True))
     env = {key: _translate(value, paths) for key, value in spec.env.items()}
     env.update({"HOME": "/tmp", "TMPDIR": "/tmp", "USER": "runner", "PYTHONUNBUFFERED": "1"})
     deadline_s = int(spec.timeout_s) + deadline_slack_s
@@ -229,6 +233,8 @@ def _path_map(spec: RunSpec) -> list[tuple[str, str]]:
         pairs.append((str(spec.cache_dir), CACHE_MOUNT))
     if spec.suites_dir is not None:
         pairs.append((str(spec.suites_dir), IMAGE_SUITES))
+    if spec.deps_dir is not None:
+        pairs.append((str(spec.deps_dir), DEPS_MOUNT))
     return sorted(pairs, key=lambda pair: -len(pair[0]))
 
 

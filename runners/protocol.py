@@ -24,6 +24,8 @@ class RunSpec:
     cache_dir: Path | None = None
     # The built-in suites the command names; container runners use the copy installed in their image.
     suites_dir: Path | None = None
+    # The repository's installed requirements (prepared by the worker); container runners mount it read-only.
+    deps_dir: Path | None = None
 
     @property
     def log_path(self) -> Path:

@@ -1,4 +1,4 @@
-"""The `compile-ci` command: sandbox, web, worker, emulator, config checks and image builds."""
+"""The `compile-ci` command: sandbox, web, worker, emulator, config checks, image builds and repros."""
 
 from __future__ import annotations
 
@@ -39,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
                        help="skip an image whose Dockerfile, sources and requirements are unchanged")
     check = sub.add_parser("check-config", help="validate a .compile-ci.toml the way the service will")
     check.add_argument("path", type=Path, nargs="?", default=Path(".compile-ci.toml"))
+    repro = sub.add_parser("repro", help="rerun a failed test of a job locally, from a clone of the repository")
+    repro.add_argument("job", help="the job page URL (or a job id, with --url)")
+    repro.add_argument("test", nargs="?", help="the failed test (part of its name); default: the first")
+    repro.add_argument("--clone", type=Path, default=Path("."), help="the repository clone (default: here)")
+    repro.add_argument("--url", default=os.environ.get("COMPILE_CI_PUBLIC_URL", ""), help="the service's address")
     args = parser.parse_args(argv)
 
     if args.command == "sandbox":
@@ -62,6 +67,14 @@ def main(argv: list[str] | None = None) -> int:
         schedule = str(settings.data_dir / "celerybeat-schedule")
         os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "service.worker", "beat", "-s", schedule,
                                    "--loglevel", "INFO"])
+    if args.command == "repro":
+        from service.repro import ReproError, run_repro
+
+        try:
+            return run_repro(args.job, args.test, args.clone, args.url)
+        except ReproError as exc:
+            print(f"compile-ci repro: {exc}", file=sys.stderr)
+            return 2
     if args.command == "check-config":
         return _check_config(args.path)
     if args.command == "images":

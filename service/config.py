@@ -76,6 +76,10 @@ class Settings:
     # Names this deployment's job containers (a label), so a worker sweeps only its own deployment's leftovers on
     # an engine that others share. Default: derived from the database URL (hashed: it may hold a password).
     deployment: str = "default"
+    # Where the worker downloads a repository's [install] requirements from (binary wheels only). Empty: the
+    # worker's own pip configuration. A pull request cannot add indexes.
+    pip_index_url: str = ""
+    pip_extra_index_urls: tuple[str, ...] = ()
     delivery_ttl_seconds: int = 7 * 24 * 3600
     # Live progress of a running job is PATCHed at most this often (GitHub's secondary rate limits).
     progress_interval_seconds: int = 10
@@ -144,6 +148,15 @@ def _url(env: Mapping[str, str], name: str, default: str, schemes: tuple[str, ..
     return value
 
 
+def _index_urls(env: Mapping[str, str], name: str, problems: list[str]) -> tuple[str, ...]:
+    urls = tuple(u.strip().rstrip("/") for u in _get(env, name).split(",") if u.strip())
+    for url in urls:
+        # file: serves an index kept on the worker's disk (an air-gapped mirror, the sandbox's).
+        if urlparse(url).scheme not in ("http", "https", "file"):
+            problems.append(f"{PREFIX}{name} must be http, https or file URLs, got {url!r}")
+    return urls
+
+
 def _bool(env: Mapping[str, str], name: str, default: bool, problems: list[str]) -> bool:
     raw = _get(env, name).lower()
     if not raw:
@@ -203,6 +216,8 @@ def _build(env: Mapping[str, str]) -> Settings:
         runner_image_cuda=_get(env, "RUNNER_IMAGE_CUDA", "compile-ci/runner-cuda:latest"),
         max_job_minutes=_int(env, "MAX_JOB_MINUTES", 60, problems),
         deployment=_get(env, "DEPLOYMENT") or hashlib.sha256(database_url.encode()).hexdigest()[:12],
+        pip_index_url=next(iter(_index_urls(env, "PIP_INDEX_URL", problems)), ""),
+        pip_extra_index_urls=_index_urls(env, "PIP_EXTRA_INDEX_URLS", problems),
         delivery_ttl_seconds=_int(env, "DELIVERY_TTL_SECONDS", 7 * 24 * 3600, problems),
         progress_interval_seconds=_int(env, "PROGRESS_INTERVAL_SECONDS", 10, problems),
         reaper_interval_seconds=_int(env, "REAPER_INTERVAL_SECONDS", 10, problems),

@@ -11,13 +11,24 @@ CONFIG_FILE = ".compile-ci.toml"
 DEVICES = ("cpu", "cuda")
 TARGET_KINDS = ("models", "post_grad_passes", "pre_grad_passes", "joint_passes", "fuse")
 DEFAULT_TIMEOUT_MINUTES = 30
+# A requirement is a name, optional extras and version specifiers: nothing else. URLs, paths and pip options
+# (`--index-url`, `-f`, `-e`, `--trusted-host`...) would let a pull request choose where code comes from;
+# only the deployment's indexes are used.
+_VERSION = r"(===|==|!=|<=|>=|~=|<|>)\s*[A-Za-z0-9.*+!_-]+"
+_REQUIREMENT = re.compile(
+    rf"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?(?:\[[A-Za-z0-9._-]+(?:\s*,\s*[A-Za-z0-9._-]+)*\])?"
+    rf"\s*(?:{_VERSION}(?:\s*,\s*{_VERSION})*)?"
+)
+# The runner image provides these; a second copy would shadow the torch under test.
+IMAGE_PACKAGES = ("torch", "pytest")
 
 
 @dataclass(frozen=True)
 class RepoConfig:
     suites: tuple[str, ...]
     devices: tuple[str, ...]
-    install_command: str = ""
+    requirements: tuple[str, ...] = ()
+    install_package: bool = True  # the checkout itself, as `pip install -e .` (when it has a pyproject/setup.py)
     targets: dict[str, list[str]] = field(default_factory=dict)
     repo_tests: tuple[str, ...] = ()
     timeout_minutes: int = DEFAULT_TIMEOUT_MINUTES
@@ -53,7 +64,7 @@ def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> Repo
     install = checker.table(data, "install")
     targets = checker.table(data, "targets")
     suites = checker.table(data, "suites")
-    checker.unknown_keys("install", install, ("command",))
+    checker.unknown_keys("install", install, ("requirements", "package"))
     checker.unknown_keys("targets", targets, TARGET_KINDS)
     checker.unknown_keys("suites", suites, ("run", "devices", "repo_tests", "timeout_minutes"))
     allowed_suites = (*builtin_suites, "repo")
@@ -67,16 +78,37 @@ def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> Repo
     if "repo" in run and not repo_tests:
         checker.problem("suites", "run", "the 'repo' suite needs [suites] repo_tests (paths of your pytest tests)")
     target_lists = {kind: checker.strings("targets", targets, kind, [], spec=True) for kind in TARGET_KINDS}
-    command = install.get("command", "")
-    if not isinstance(command, str):
-        checker.problem("install", "command", "command must be a string")
+    requirements = checker.strings("install", install, "requirements", [])
+    for requirement in requirements:
+        problem = requirement_problem(requirement)
+        if problem:
+            checker.problem("install", "requirements", problem)
+    package = install.get("package", True)
+    if not isinstance(package, bool):
+        checker.problem("install", "package", f"must be true or false, got {package!r}")
     if problems:
         return problems
     return RepoConfig(
-        suites=tuple(dict.fromkeys(run)), devices=tuple(dict.fromkeys(devices)), install_command=command,
+        suites=tuple(dict.fromkeys(run)), devices=tuple(dict.fromkeys(devices)), requirements=tuple(requirements),
+        install_package=package is not False,
         targets={k: v for k, v in target_lists.items() if v}, repo_tests=tuple(repo_tests),
         timeout_minutes=timeout,
     )
+
+
+def requirement_problem(text: str) -> str | None:
+    """Why a requirement line is refused, or None: only `name[extras] <specifiers>` from the deployment's indexes."""
+    stripped = text.strip()
+    if re.search(r"(^|\s)-", stripped):  # also an option after a newline or a space: pip reads those too
+        return f"{text!r}: pip options are not allowed (indexes are chosen by the deployment, not the pull request)"
+    if "://" in stripped or "/" in stripped or "@" in stripped or stripped.startswith("."):
+        return f"{text!r}: URLs and paths are not allowed; name a package from the deployment's index"
+    if not _REQUIREMENT.fullmatch(stripped):
+        return f"{text!r} is not of the form 'name[extras]>=version' (no options, markers or URLs)"
+    name = re.split(r"[\s\[<>=!~]", stripped, maxsplit=1)[0].lower().replace("_", "-")
+    if name in IMAGE_PACKAGES:
+        return f"{text!r}: {name} comes with the runner image and is not installed again"
+    return None
 
 
 class _Checker:

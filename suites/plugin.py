@@ -7,9 +7,9 @@ Active for the built-in suites and for the repository's own tests alike; without
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
-import textwrap
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ import pytest
 from suites.naming import sanitise_nodeid
 
 OUTPUT_ENV = "COMPILE_CI_OUTPUT_DIR"
+TARGET_PROPERTY = "compile_ci_target"
 FORWARDED_ENV = ("COMPILE_CI_DEVICE", "COMPILE_CI_TARGETS", "COMPILE_CI_CHECKOUT")
 
 
@@ -26,25 +27,74 @@ def test_dir(output_dir: Path, nodeid: str) -> Path:
     return output_dir / "tests" / sanitise_nodeid(nodeid)
 
 
+REPRO_TEMPLATE = '''"""Reproduce {nodeid} from a clone of the repository, on your machine.
+
+    python repro.py [PATH_TO_CLONE]      (default: the current directory; check out the job's commit first)
+
+Needs torch (the job ran {torch_version}) and pytest{suites_hint}. It re-runs exactly this test with the job's
+device, declared targets and torch settings, and prints inductor's generated code.
+"""
+import os
+import sys
+
+import pytest
+
+CHECKOUT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
+os.environ.update({env})
+os.environ["COMPILE_CI_CHECKOUT"] = CHECKOUT
+os.environ.setdefault("TORCH_LOGS", "output_code")
+if {is_suite!r}:  # a built-in suite: compile-ci's own test file, run against your clone's [targets]
+    import suites
+
+    BASE = os.path.dirname(os.path.dirname(os.path.abspath(suites.__file__)))
+    ARGS = []
+else:  # the repository's own test: as pytest would run it from the clone's root
+    BASE = CHECKOUT
+    ARGS = ["--rootdir", CHECKOUT]
+    sys.path[:0] = [p for p in (CHECKOUT, os.path.join(CHECKOUT, "src")) if os.path.isdir(p)]
+sys.exit(pytest.main([os.path.join(BASE, {path!r}) + {rest!r}, *ARGS, "-p", "no:cacheprovider"]))
+'''
+# Torch settings of the job that change what a test does, carried into the repro (cache paths are the job's own).
+_TORCH_ENV_PREFIXES = ("TORCH", "TORCHINDUCTOR_", "TORCHDYNAMO_", "PYTORCH_")
+_JOB_ONLY_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
 def _repro(item: pytest.Item) -> str:
-    env = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
-    path = str(item.path)
-    selector = "::".join([path, *item.nodeid.split("::")[1:]])
-    return textwrap.dedent(f'''\
-        """Reproduce {item.nodeid} outside compile-ci: `python repro.py` (needs torch and pytest).
+    """A standalone script: no path of the job's machine, only paths relative to the clone or to the suites."""
+    import torch
 
-        It re-runs exactly this test with the job's device and declared targets and prints inductor's
-        generated code. Adjust COMPILE_CI_CHECKOUT if your checkout lives elsewhere.
-        """
-        import os
-        import sys
+    env = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ and name != "COMPILE_CI_CHECKOUT"}
+    env.update({k: v for k, v in os.environ.items() if k.startswith(_TORCH_ENV_PREFIXES) and k not in _JOB_ONLY_ENV})
+    suites_root = Path(__file__).resolve().parent.parent
+    path = Path(item.path).resolve()
+    is_suite = path.is_relative_to(suites_root)
+    base = suites_root if is_suite else Path(os.environ.get("COMPILE_CI_CHECKOUT") or item.config.rootpath).resolve()
+    relative = str(path.relative_to(base)) if path.is_relative_to(base) else path.name
+    rest = "".join("::" + part for part in item.nodeid.split("::")[1:])
+    hint = " and compile-ci's suites (a compile-ci checkout on PYTHONPATH)" if is_suite else ""
+    return REPRO_TEMPLATE.format(nodeid=item.nodeid, torch_version=torch.__version__, suites_hint=hint,
+                                 env=json.dumps(env, indent=4, sort_keys=True), is_suite=is_suite,
+                                 path=relative, rest=rest)
 
-        import pytest
 
-        os.environ.update({json.dumps(env, indent=4)})
-        os.environ.setdefault("TORCH_LOGS", "output_code")
-        sys.exit(pytest.main([{selector!r}, "-x", "-p", "no:cacheprovider"]))
-        ''')
+def target_location(item: pytest.Item) -> str | None:
+    """`path:line` (relative to the checkout) of the declared target a test exercises: a pass or fused function
+    before the model it runs on, for a failing pass test is about the pass."""
+    checkout = os.environ.get("COMPILE_CI_CHECKOUT")
+    values = list(getattr(item, "funcargs", {}).values())
+    if not checkout:
+        return None
+    candidates = [v.fn for v in values if callable(getattr(v, "fn", None))]
+    candidates += [v.factory for v in values if callable(getattr(v, "factory", None))]
+    root = Path(checkout).resolve()
+    for obj in candidates:
+        try:
+            source, line = inspect.getsourcefile(obj), inspect.getsourcelines(obj)[1]
+        except (TypeError, OSError):
+            continue
+        if source and Path(source).resolve().is_relative_to(root):
+            return f"{Path(source).resolve().relative_to(root)}:{line}"
+    return None
 
 
 def _outcome(report: pytest.TestReport) -> str:
@@ -73,6 +123,10 @@ class ArtifactWriter:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
+        if report.failed:
+            where = target_location(item)
+            if where:  # a <property> in the JUnit XML: the service annotates the target's definition
+                item.user_properties.append((TARGET_PROPERTY, where))
         if report.when == "call" or (report.when == "setup" and not report.passed):
             self._write(item, report)
 

@@ -31,6 +31,15 @@ def locate_in_checkout(details: str, roots: Sequence[str], exists: Callable[[str
     return found
 
 
+def declared_target(value: str, exists: Callable[[str], bool]) -> tuple[str, int] | None:
+    """The `path:line` the suites recorded for a failing test's declared target (the class or function named in
+    [targets]), if it names a file of the checkout. The job wrote it, so it is checked like any untrusted text."""
+    match = re.fullmatch(r"(?P<path>[\w./-]+\.py):(?P<line>\d{1,7})", value.strip())
+    if match is None or match["path"].startswith("/") or ".." in match["path"].split("/"):
+        return None
+    return (match["path"], int(match["line"])) if exists(match["path"]) else None
+
+
 def _relative(path: str, roots: Sequence[str], exists: Callable[[str], bool]) -> str | None:
     if path.startswith("/"):
         for root in roots:

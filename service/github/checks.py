@@ -100,7 +100,10 @@ def _annotation(job: Job, result: TestResult) -> dict[str, Any]:
     message = f"{result.nodeid}: {_first_line(result.message)}"
     details = (result.details or result.message).strip()
     if result.repo_path:
-        return annotation(result.repo_path, result.repo_line, f"{job.check_name} failed here", message, details)
+        # At the user's code (shown in "Files changed"); the suite's test, which GitHub cannot show, is named here.
+        test_at = f" (test at {result.file}:{result.line})" if result.file and result.line else ""
+        return annotation(result.repo_path, result.repo_line, f"{job.check_name} failed here",
+                          message + test_at, details)
     path = result.file or result.nodeid.split("::")[0]
     return annotation(path, result.line, f"{job.check_name}: {result.nodeid}", message, details)
 

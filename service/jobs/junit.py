@@ -7,6 +7,8 @@ from pathlib import Path
 
 from service.store import TestRecord
 
+TARGET_PROPERTY = "compile_ci_target"  # suites/plugin.py: where the failing test's declared target is defined
+
 
 class JUnitError(ValueError):
     pass
@@ -42,6 +44,7 @@ def _record(case: ET.Element) -> TestRecord:
                 outcome = "xfailed"
             break
     line = case.get("line")
+    target = next((p.get("value", "") for p in case.iter("property") if p.get("name") == TARGET_PROPERTY), "")
     return TestRecord(
         nodeid=_nodeid(case),
         outcome=outcome,
@@ -51,4 +54,6 @@ def _record(case: ET.Element) -> TestRecord:
         file=case.get("file", ""),
         # pytest writes the 0-based line of the test function's definition.
         line=int(line) + 1 if line and line.isdigit() else None,
+        # Unchecked here: the pipeline keeps it only if it names a file of the checkout.
+        repo_path=target,
     )

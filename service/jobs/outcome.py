@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from runners.protocol import RunResult
-from service.github.annotations import locate_in_checkout
+from service.github.annotations import declared_target, locate_in_checkout
 from service.github.checks import count_outcomes, summary_line
 from service.jobs.junit import JUnitError, parse_junit
 from service.jobs.lifecycle import INFRA_TITLE, Conclusion, Outcome
@@ -118,9 +118,15 @@ def _with_metrics(record: TestRecord, out: Path) -> TestRecord:
 
 def _located(record: TestRecord, roots: list[str], checkout: Path) -> TestRecord:
     if record.outcome not in ("failed", "error"):
-        return record
-    where = locate_in_checkout(record.details, [r for r in roots if r], lambda rel: (checkout / rel).is_file())
-    return record if where is None else replace(record, repo_path=where[0], repo_line=where[1])
+        return replace(record, repo_path="")
+
+    def exists(rel: str) -> bool:
+        return (checkout / rel).is_file()
+
+    # The declared target's definition first (a pass, a model class), else the deepest frame in the checkout.
+    where = declared_target(record.repo_path, exists) or locate_in_checkout(
+        record.details, [r for r in roots if r], exists)
+    return replace(record, repo_path=where[0] if where else "", repo_line=where[1] if where else None)
 
 
 def read_json(path: Path) -> dict[str, object]:

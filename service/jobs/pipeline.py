@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runners.protocol import RunResult, RunSpec
-from service.jobs import lifecycle
+from service.jobs import install, lifecycle
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
@@ -106,9 +106,11 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
             assert not isinstance(config, list), "planned jobs have a valid config"
             checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
             spec = _spec(ctx, job, config, checkout, out)
-            roots = [str(spec.checkout_dir), spec.env.get("COMPILE_CI_CHECKOUT", "")]
-            (out / "log.txt").write_text(f"$ {' '.join(spec.command)}\n")
+            roots = [str(spec.checkout_dir), spec.env.get("COMPILE_CI_CHECKOUT", ""), *install.source_roots(out)]
+            (out / "log.txt").write_text(f"$ {' '.join(install.shown(spec.command))}\n")
             result = ctx.runner.run(spec, _Watch(ctx, job, lease, out))
+        except install.InstallFailed as exc:  # the PR's requirements, not the service: no retry
+            result = install.failed_result(out, exc)
         except Exception as exc:  # the runner or checkout broke, not the PR
             log.exception("job %s: infrastructure error", job.id)
             result = RunResult(None, 0.0, infra_error=f"{type(exc).__name__}: {exc}")
@@ -136,9 +138,12 @@ def _spec(ctx: WorkerContext, job: Job, config: RepoConfig, checkout: Path, out:
         "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
         "TRITON_CACHE_DIR": str(cache / "triton"),
     }
+    deps = install.prepare(ctx.settings, config.requirements, ctx.runner.cache_key(job.device))
+    if deps is not None or config.install_package:
+        command = install.wrap(command, ctx.runner.python, checkout, deps, config.install_package)
     return RunSpec(job_id=job.id, command=tuple(command), checkout_dir=checkout, output_dir=out,
                    timeout_s=job.timeout_s, device=job.device, env=env, cache_dir=cache,
-                   suites_dir=ctx.suites_dir)
+                   suites_dir=ctx.suites_dir, deps_dir=deps)
 
 
 def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: list[str], checkout: Path) -> bool:
@@ -148,7 +153,8 @@ def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: l
     attempt = read_attempt(out, roots, checkout)
     current = ctx.store.get_job(job.id)
     # Why it was cancelled (a newer push, /cancel), set while it ran.
-    outcome = judge(result, attempt, current.detail if current is not None and current.cancel_requested else "")
+    outcome = install.judged(out, result, attempt) or judge(
+        result, attempt, current.detail if current is not None and current.cancel_requested else "")
     write_meta(out, result, ctx.runner.name, outcome, attempt)
     ctx.store.replace_results(job.id, job.attempt, attempt.records)
     files = sorted(p for p in out.rglob("*") if p.is_file())

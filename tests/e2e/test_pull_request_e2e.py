@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from service.devkit.github_emulator import GitHubEmulator
-from service.devkit.sandbox.main import FULL_NAME, open_sample_pull_requests, wait_for_check_runs
+from service.devkit.sandbox.main import CHECK_RUNS, FULL_NAME, open_sample_pull_requests, wait_for_check_runs
 from service.devkit.sandbox.stack import Stack
 
 pytestmark = pytest.mark.e2e
@@ -21,11 +21,12 @@ pytestmark = pytest.mark.e2e
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, dict[str, Any]]]:
     with Stack(tmp_path_factory.mktemp("stack")) as stack:
         repo, _pulls = open_sample_pull_requests(stack)
-        runs = wait_for_check_runs(stack, 4, timeout_s=900)
+        runs = wait_for_check_runs(stack, CHECK_RUNS, timeout_s=900)
         by_key = {(r["head_sha"], r["name"]): r for r in runs}
         yield stack, {"good": by_key[(repo.good_sha, "correctness (cpu)")],
                       "buggy": by_key[(repo.buggy_sha, "correctness (cpu)")],
-                      "cuda": by_key[(repo.good_sha, "correctness (cuda)")], "all": runs}
+                      "cuda": by_key[(repo.good_sha, "correctness (cuda)")],
+                      "own": by_key[(repo.good_sha, "repo (cpu)")], "all": runs}
         assert stack.emulator.errors == []
 
 
@@ -39,6 +40,12 @@ def test_clean_pull_request_goes_queued_in_progress_success(finished: tuple[Stac
     assert "2.13.0" in good["output"]["summary"]  # the torch version the job really used
 
 
+def test_the_repositorys_own_tests_import_its_package_and_dependency(finished: tuple[Stack, dict[str, Any]]) -> None:
+    _stack, runs = finished
+    own = runs["own"]
+    assert (own["conclusion"], own["output"]["title"]) == ("success", "1 passed, 0 skipped"), own["output"]
+
+
 def test_pull_request_with_a_model_bug_fails_naming_the_model(finished: tuple[Stack, dict[str, Any]]) -> None:
     _stack, runs = finished
     buggy = runs["buggy"]
@@ -50,7 +57,7 @@ def test_pull_request_with_a_model_bug_fails_naming_the_model(finished: tuple[St
 def test_cuda_check_is_neutral_without_a_cuda_runner(finished: tuple[Stack, dict[str, Any]]) -> None:
     _stack, runs = finished
     assert runs["cuda"]["conclusion"] == "neutral"
-    assert len(runs["all"]) == 4
+    assert len(runs["all"]) == CHECK_RUNS
     assert {r["head_sha"] for r in runs["all"]} and all(r["app"] for r in runs["all"])
 
 

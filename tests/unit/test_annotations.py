@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.github.annotations import MAX_ANNOTATIONS, locate_in_checkout
+from service.github.annotations import MAX_ANNOTATIONS, declared_target, locate_in_checkout
 from service.github.checks import render_check_run
 from service.store import Job, Run, TestResult
 
@@ -72,6 +72,22 @@ def test_annotation_in_repository_code_else_at_the_test() -> None:
     assert [(a["path"], a["start_line"], a["annotation_level"]) for a in view.annotations] == [
         ("mypkg/model.py", 40, "failure"), ("suites/correctness/test_c.py", 20, "failure")]
     assert "ValueError: bad" in view.annotations[0]["message"]
+    # The suite's test, which "Files changed" cannot show, is named in the message instead.
+    assert "(test at suites/correctness/test_c.py:10)" in view.annotations[0]["message"]
+
+
+@pytest.mark.parametrize(("recorded", "where"), [
+    ("mypkg/model.py:17", ("mypkg/model.py", 17)),      # the class or function named in [targets]
+    ("mypkg/missing.py:3", None),                       # not a file of the checkout
+    ("../../etc/passwd.py:1", None),                    # the job wrote it: no way out of the checkout
+    ("/checkout/mypkg/model.py:17", None),
+    ("mypkg/model.py:17\nother.py:1", None),
+    ("mypkg/model.py", None),
+    ("", None),
+])
+def test_declared_target_location_is_kept_only_inside_the_checkout(recorded: str,
+                                                                   where: tuple[str, int] | None) -> None:
+    assert declared_target(recorded, REPO_FILES.__contains__) == where
 
 
 def test_annotations_are_capped() -> None:

@@ -11,7 +11,8 @@ XML = """<?xml version="1.0" encoding="utf-8"?>
 <testcase classname="test_correctness.TestInference" name="test_mlp[cpu]" file="test_correctness.py" line="41"
   time="1.5"/>
 <testcase classname="test_correctness" name="test_declared_model[counting_scale]" file="test_correctness.py"
-  line="99" time="0.7"><failure message="AssertionError: outputs differ">Traceback ...
+  line="99" time="0.7"><properties><property name="compile_ci_target" value="zoo/models.py:12"/></properties>
+<failure message="AssertionError: outputs differ">Traceback ...
 AssertionError: outputs differ</failure></testcase>
 <testcase classname="test_correctness" name="test_cuda_only" file="test_correctness.py" line="120" time="0">
 <skipped type="pytest.skip" message="CUDA is not available">skip</skipped></testcase>
@@ -34,6 +35,7 @@ def test_parses_outcomes_node_ids_and_lines(tmp_path: Path) -> None:
     assert failed.message == "AssertionError: outputs differ"
     assert "Traceback" in failed.details
     assert (failed.file, failed.line, failed.duration_s) == ("test_correctness.py", 100, 0.7)
+    assert failed.repo_path == "zoo/models.py:12"  # the declared target's definition, checked by the pipeline
 
 
 def test_truncated_xml_is_an_error_not_an_empty_result(tmp_path: Path) -> None:

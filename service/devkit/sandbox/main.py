@@ -12,11 +12,14 @@ from typing import Any
 
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, signed
+from service.devkit.sandbox.sample_index import write_sample_index
 from service.devkit.sandbox.sample_repo import SampleRepo, create_sample_repo
 from service.devkit.sandbox.stack import INSTALLATION_ID, Stack
 
 FULL_NAME = "sandbox/model-zoo"
 REPO_ID = 700001
+# Two pull requests x (correctness, repo) x (cpu, cuda).
+CHECK_RUNS = 8
 
 
 def post_webhook(stack: Any, event: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -56,6 +59,7 @@ def open_sample_pull_requests(
     """Create the sample repository on the emulated GitHub and open its two pull requests. ``stack`` is anything
     with ``root``, ``emulator``, ``webhook_secret`` and ``web_url``; ``prepare`` runs on the repository first."""
     repo = create_sample_repo(stack.root / "repos" / FULL_NAME)
+    write_sample_index(stack.root / "index")
     if prepare is not None:
         prepare(repo)
     stack.emulator.add_repo(FULL_NAME)
@@ -89,13 +93,13 @@ def run_sandbox(root: Path | None = None, keep_running: bool = False, timeout_s:
     with Stack(root) as stack:
         print(f"  web service  {stack.web_url}\n  GitHub emulator  {stack.emulator.url}\n  redis  {stack.redis_url}")
         repo, pulls = open_sample_pull_requests(stack)
-        check_runs = wait_for_check_runs(stack, 4, timeout_s)
+        check_runs = wait_for_check_runs(stack, CHECK_RUNS, timeout_s)
         print("\nCheck runs on GitHub (emulated):")
         print_check_runs(check_runs, pulls)
         ok = _as_expected(check_runs, repo.good_sha, repo.buggy_sha) and not stack.emulator.errors
         for error in stack.emulator.errors:
             print(f"  emulator error: {error}")
-        print(f"\n{'OK' if ok else 'UNEXPECTED'}: PR #1 passes, PR #2 fails on its buggy model "
+        print(f"\n{'OK' if ok else 'UNEXPECTED'}: PR #1 passes (suites, own tests), PR #2 fails on its buggy model "
               f"({time.monotonic() - started:.0f} s). Logs of every process are in {root}.")
         if keep_running:
             print(f"Browse {stack.web_url}/ ; Ctrl-C stops everything.")
@@ -109,8 +113,10 @@ def run_sandbox(root: Path | None = None, keep_running: bool = False, timeout_s:
 
 def _as_expected(check_runs: list[dict[str, Any]], good_sha: str, buggy_sha: str) -> bool:
     cpu = {r["head_sha"]: r for r in check_runs if r["name"] == "correctness (cpu)"}
+    own = {r["head_sha"]: r for r in check_runs if r["name"] == "repo (cpu)"}
     return (
         cpu.get(good_sha, {}).get("conclusion") == "success"
+        and own.get(good_sha, {}).get("conclusion") == "success"  # its own tests import it and its dependency
         and cpu.get(buggy_sha, {}).get("conclusion") == "failure"
         and "counting_scale" in (cpu[buggy_sha]["output"].get("summary") or "")
     )

@@ -6,22 +6,48 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-CONFIG = """\
+from service.devkit.sandbox.sample_index import DEPENDENCY
+
+CONFIG = f"""\
 # compile-ci configuration of the sample repository
+[install]
+requirements = ["{DEPENDENCY}"]
+
 [targets]
 models = ["samplezoo.zoo:examples"]
 
 [suites]
-run = ["correctness"]
+run = ["correctness", "repo"]
 devices = ["cpu", "cuda"]
+repo_tests = ["tests"]
 timeout_minutes = 15
 """
+PYPROJECT = f"""\
+[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "samplezoo"
+version = "0.1"
+dependencies = ["{DEPENDENCY}"]
+"""
+# The repository's own tests: they import its package and its dependency, as after `pip install -e .`.
+OWN_TESTS = '''\
+from samplezoo.zoo import examples
+
+
+def test_every_model_runs_eagerly():
+    for name, factory, inputs in examples():
+        assert factory()(*inputs).isfinite().all(), name
+'''
 
 ZOO_MAIN = '''\
 """Models this repository ships, as compile-ci's declared targets."""
 
 import torch
 from torch import nn
+from zoo_extras import example_batch
 
 
 class TinyMLP(nn.Module):
@@ -33,7 +59,7 @@ class TinyMLP(nn.Module):
         return self.net(x)
 
 
-MODELS = [("tiny_mlp", TinyMLP, lambda: (torch.randn(4, 16),))]
+MODELS = [("tiny_mlp", TinyMLP, lambda: (example_batch(4, 16),))]
 
 
 def examples():
@@ -100,6 +126,9 @@ def create_sample_repo(path: Path) -> SampleRepo:
     (path / "samplezoo" / "__init__.py").write_text('"""A tiny model zoo."""\n')
     (path / "samplezoo" / "zoo.py").write_text(ZOO_MAIN)
     (path / ".compile-ci.toml").write_text(CONFIG)
+    (path / "pyproject.toml").write_text(PYPROJECT)
+    (path / "tests").mkdir(exist_ok=True)
+    (path / "tests" / "test_zoo.py").write_text(OWN_TESTS)
     _git(path, "add", "-A")
     _git(path, "commit", "-q", "-m", "Sample model zoo")
     base = _git(path, "rev-parse", "HEAD")

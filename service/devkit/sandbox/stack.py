@@ -83,6 +83,8 @@ class Stack:
             "COMPILE_CI_PUBLIC_URL": self.web_url,
             "COMPILE_CI_CLONE_URL_TEMPLATE": (self.root / "repos").as_uri() + "/{full_name}",
             "COMPILE_CI_DEVICES": self.devices,
+            # The sample repository's dependency comes from here (sample_index.py writes it before the PRs open).
+            "COMPILE_CI_PIP_INDEX_URL": (self.root / "index" / "simple").as_uri(),
         }
 
     def _spawn(self, name: str, args: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
