@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import docker
@@ -16,6 +15,7 @@ import docker.errors
 import docker.types
 import requests
 
+from runners.compile_cache import CacheScopeError, JobCache, hand_to, open_job_cache, slug
 from runners.protocol import RunResult, RunSpec, ShouldCancel
 
 DEFAULT_IMAGES = {"cpu": "compile-ci/runner-cpu:latest", "cuda": "compile-ci/runner-cuda:latest"}
@@ -28,6 +28,7 @@ OUTPUT_MOUNT = "/job/out"
 # there and the cache variables point inside it.
 CACHE_MOUNT = "/tmp/torchinductor_runner"
 IMAGE_SUITES = "/opt/compile-ci/suites"
+UNTRUSTED_LAYERS = ("overlay", "copy")
 TMPFS_MB = 4096
 STOP_GRACE_S = 10
 
@@ -37,14 +38,29 @@ class _Outcome:
     kind: str  # "exited" | "timeout" | "cancelled"
 
 
+@dataclass(frozen=True)
+class _JobCache:
+    """A job's compile cache as the engine mounts it."""
+
+    mount: docker.types.Mount
+    cache: JobCache
+    volume: str | None = None  # an untrusted job's overlay, mounted by the engine
+
+
 class DockerRunner:
     """Runs a RunSpec in a container: no network, no capabilities, non-root, read-only root, limits from the job."""
 
     name = "docker"
     python = "python"  # the image's interpreter (on its PATH)
 
-    def __init__(self, images: Mapping[str, str] | None = None, client: docker.DockerClient | None = None) -> None:
+    def __init__(self, images: Mapping[str, str] | None = None, client: docker.DockerClient | None = None,
+                 untrusted_layer: str = "overlay") -> None:
+        if untrusted_layer not in UNTRUSTED_LAYERS:
+            raise ValueError(f"untrusted_layer must be one of {UNTRUSTED_LAYERS}, got {untrusted_layer!r}")
         self.images = {**DEFAULT_IMAGES, **(images or {})}
+        # overlay: the engine mounts the trusted cache read-only under a per-job upper layer (no copying);
+        # copy: a per-job copy of it, for engines or filesystems that cannot mount overlays.
+        self.untrusted_layer = untrusted_layer
         self._client = client
         self._torch_versions: dict[str, str] = {}
 
@@ -63,21 +79,21 @@ class DockerRunner:
                 labels = self.client.images.get(image).labels or {}
                 self._torch_versions[image] = labels.get("org.compile-ci.torch-version", "unknown")
             except docker.errors.DockerException:
-                return f"docker-{_slug(image)}"  # the job will report the missing image itself
-        return f"docker-{_slug(image)}-torch{self._torch_versions[image]}"
+                return f"docker-{slug(image)}"  # the job will report the missing image itself
+        return f"docker-{slug(image)}-torch{self._torch_versions[image]}"
 
     def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult:
         start = time.monotonic()
         spec.output_dir.mkdir(parents=True, exist_ok=True)
         name = container_name(spec.job_id)
         container = None
+        cache: _JobCache | None = None
         try:
-            _make_writable(spec.output_dir)
-            if spec.cache_dir is not None:
-                spec.cache_dir.mkdir(parents=True, exist_ok=True)
-                _make_writable(spec.cache_dir)
+            hand_to(spec.output_dir, RUNNER_UID)  # the job runs as uid 10001
             self._remove(name)  # a stale container from a crashed attempt holds the name
-            container = self.client.containers.create(**container_config(spec, self.images[spec.device]))
+            cache = self._prepare_cache(spec)
+            mount = cache.mount if cache is not None else None
+            container = self.client.containers.create(**container_config(spec, self.images[spec.device], mount))
             container.start()
             with open(spec.log_path, "ab") as log:
                 pump = threading.Thread(target=_pump_logs, args=(container, log), daemon=True)
@@ -101,8 +117,37 @@ class DockerRunner:
             return self._infra(start, f"the Docker engine refused the job container: {exc.explanation or exc}")
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             return self._infra(start, f"the Docker engine is unreachable: {exc}")
+        except (CacheScopeError, OSError, subprocess.CalledProcessError) as exc:
+            return self._infra(start, f"the job's compile cache could not be set up: {exc}")
         finally:
             self._remove(name)
+            if cache is not None:
+                self._release_cache(cache)
+
+    def _prepare_cache(self, spec: RunSpec) -> _JobCache | None:
+        if spec.cache is None:
+            return None
+        cache = open_job_cache(spec.cache, self.cache_key(spec.device), spec.job_id, self.untrusted_layer, RUNNER_UID)
+        if cache.directory is not None:
+            return _JobCache(docker.types.Mount(CACHE_MOUNT, str(cache.directory), type="bind"), cache)
+        volume = "compile-ci-cache-" + slug(spec.job_id)
+        self._remove_volume(volume)
+        self.client.volumes.create(name=volume, driver="local", labels={LABEL: spec.job_id},
+                                   driver_opts={"type": "overlay", "device": "overlay", "o": cache.overlay_options})
+        return _JobCache(docker.types.Mount(CACHE_MOUNT, volume, type="volume", no_copy=True), cache, volume)
+
+    def _release_cache(self, job_cache: _JobCache) -> None:
+        if job_cache.volume is not None:
+            self._remove_volume(job_cache.volume)
+        job_cache.cache.close()
+
+    def _remove_volume(self, volume: str) -> None:
+        try:
+            self.client.volumes.get(volume).remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            pass  # in use or unreachable: sweep_leftovers() clears it later
 
     def _infra(self, start: float, message: str) -> RunResult:
         return RunResult(None, time.monotonic() - start, infra_error=message)
@@ -149,21 +194,28 @@ class DockerRunner:
                     removed += 1
                 except docker.errors.NotFound:
                     pass
+        for volume in self.client.volumes.list(filters={"label": LABEL}):
+            self._remove_volume(volume.name)
         return removed
 
 
-def container_config(spec: RunSpec, image: str) -> dict[str, Any]:
-    """Everything `containers.create` gets for a job: pure, so the hardening is visible in one place."""
+def container_config(spec: RunSpec, image: str, cache: docker.types.Mount | None = None) -> dict[str, Any]:
+    """Everything `containers.create` gets for a job: pure, so the hardening is visible in one place.
+
+    `cache` is the job's compile cache, already resolved to its repository and trust class (_prepare_cache).
+    """
     paths = _path_map(spec)
     mounts = [
         docker.types.Mount(CHECKOUT_MOUNT, str(spec.checkout_dir), type="bind", read_only=True),
         # Results go to a bind mount: a tmpfs is invisible to the engine's archive copies and dies with it.
         docker.types.Mount(OUTPUT_MOUNT, str(spec.output_dir), type="bind", read_only=False),
     ]
-    if spec.cache_dir is not None:
-        mounts.append(docker.types.Mount(CACHE_MOUNT, str(spec.cache_dir), type="bind", read_only=False))
     env = {key: _translate(value, paths) for key, value in spec.env.items()}
     env.update({"HOME": "/tmp", "TMPDIR": "/tmp", "USER": "runner", "PYTHONUNBUFFERED": "1"})
+    if cache is not None:
+        mounts.append(cache)
+        # Compile caches outlive the job: a rerun of the same code skips inductor's C++/Triton builds.
+        env.update({"TORCHINDUCTOR_CACHE_DIR": f"{CACHE_MOUNT}/inductor", "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton"})
     config: dict[str, Any] = {
         "image": image,
         "command": [_translate(arg, paths) for arg in spec.command],
@@ -195,18 +247,12 @@ def container_config(spec: RunSpec, image: str) -> dict[str, Any]:
 
 
 def container_name(job_id: str) -> str:
-    return "compile-ci-" + _slug(job_id)
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-zA-Z0-9_.-]+", "-", text).strip("-.")[:200]
+    return "compile-ci-" + slug(job_id)
 
 
 def _path_map(spec: RunSpec) -> list[tuple[str, str]]:
     """Worker paths in the spec → where the container sees them; longest first so nested paths map right."""
     pairs = [(str(spec.checkout_dir), CHECKOUT_MOUNT), (str(spec.output_dir), OUTPUT_MOUNT)]
-    if spec.cache_dir is not None:
-        pairs.append((str(spec.cache_dir), CACHE_MOUNT))
     if spec.suites_dir is not None:
         pairs.append((str(spec.suites_dir), IMAGE_SUITES))
     return sorted(pairs, key=lambda pair: -len(pair[0]))
@@ -216,14 +262,6 @@ def _translate(text: str, paths: list[tuple[str, str]]) -> str:
     for host, inside in paths:
         text = re.sub(re.escape(host) + r"(?=/|$|[\s\"',:;=])", inside, text)
     return text
-
-
-def _make_writable(path: Path) -> None:
-    """The job runs as uid 10001; a root worker hands it the directories it may write."""
-    if os.geteuid() == 0:
-        os.chown(path, RUNNER_UID, RUNNER_UID)
-    elif os.geteuid() != RUNNER_UID:
-        path.chmod(0o777)
 
 
 def _pump_logs(container: Any, log: Any) -> None:

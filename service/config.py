@@ -72,6 +72,8 @@ class Settings:
     runner_image_cpu: str = "compile-ci/runner-cpu:latest"
     runner_image_cuda: str = "compile-ci/runner-cuda:latest"
     max_job_minutes: int = 60
+    # Each repository's trusted compile cache (per runner build) is trimmed to this, least recently used first.
+    cache_cap_mb: int = 4096
     delivery_ttl_seconds: int = 7 * 24 * 3600
     # Live progress of a running job is PATCHed at most this often (GitHub's secondary rate limits).
     progress_interval_seconds: int = 10
@@ -198,6 +200,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         runner_image_cpu=_get(env, "RUNNER_IMAGE_CPU", "compile-ci/runner-cpu:latest"),
         runner_image_cuda=_get(env, "RUNNER_IMAGE_CUDA", "compile-ci/runner-cuda:latest"),
         max_job_minutes=_int(env, "MAX_JOB_MINUTES", 60, problems),
+        cache_cap_mb=_int(env, "CACHE_CAP_MB", 4096, problems),
         delivery_ttl_seconds=_int(env, "DELIVERY_TTL_SECONDS", 7 * 24 * 3600, problems),
         progress_interval_seconds=_int(env, "PROGRESS_INTERVAL_SECONDS", 10, problems),
         reaper_interval_seconds=_int(env, "REAPER_INTERVAL_SECONDS", 60, problems),

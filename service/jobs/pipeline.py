@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from runners.checkout import Checkout
+from runners.compile_cache import CacheScope, trust_class
 from runners.protocol import Runner, RunResult, RunSpec
 from service.celery_app import CeleryQueue
 from service.config import Settings
@@ -246,18 +247,19 @@ def _spec(ctx: WorkerContext, job: Job, config: RepoConfig, checkout: Path, out:
         command = [*pytest, "--rootdir", str(checkout), *(str(checkout / p) for p in config.repo_tests)]
     else:
         command = [*pytest, str(ctx.suites_dir / job.suite)]
-    cache = ctx.settings.data_dir / "cache" / ctx.runner.cache_key(job.device)
+    run = ctx.store.get_run(job.run_id)
+    assert run is not None
+    # The runner resolves it to this repository's cache, writable only by trusted runs (runners/compile_cache.py).
+    cache = CacheScope(ctx.settings.data_dir / "cache", str(run.repo_id), trust_class(run.trigger, run.gate),
+                       run.pr_number, ctx.settings.cache_cap_mb)
     env = {
         "COMPILE_CI_DEVICE": job.device,
         "COMPILE_CI_CHECKOUT": str(checkout),
         "COMPILE_CI_TARGETS": json.dumps(config.targets),
         "COMPILE_CI_OUTPUT_DIR": str(out),
-        # Compile caches outlive the job: a rerun of the same code skips inductor's C++/Triton builds.
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-        "TRITON_CACHE_DIR": str(cache / "triton"),
     }
     return RunSpec(job_id=job.id, command=tuple(command), checkout_dir=checkout, output_dir=out,
-                   timeout_s=job.timeout_s, device=job.device, env=env, cache_dir=cache,
+                   timeout_s=job.timeout_s, device=job.device, env=env, cache=cache,
                    suites_dir=ctx.suites_dir)
 
 
