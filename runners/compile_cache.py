@@ -17,6 +17,7 @@ Layout under `<data_dir>/cache/<runner cache_key>/<repository id>/`:
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import shutil
@@ -26,6 +27,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 TRUSTED = "trusted"
 UNTRUSTED = "untrusted"
@@ -143,8 +146,12 @@ class JobCache:
         """An untrusted job's layer is never merged back: it goes. A trusted job's writes stay, under the cap."""
         if self.layer is not None:
             shutil.rmtree(self.layer, ignore_errors=True)
-        else:
+            return
+        try:
             self.repo.evict(self.scope.cap_mb)
+        except OSError:
+            # The job's result stands; the next trusted job of the repository tries again.
+            log.warning("compile cache %s: eviction failed", self.repo.base, exc_info=True)
 
 
 def open_job_cache(scope: CacheScope, runner_key: str, job_id: str, layer_kind: str, uid: int | None) -> JobCache:
@@ -156,6 +163,9 @@ def open_job_cache(scope: CacheScope, runner_key: str, job_id: str, layer_kind: 
             repo.trusted_dir.mkdir(parents=True, exist_ok=True)
         hand_to(repo.trusted_dir, uid)
         return JobCache(repo, scope, repo.trusted_dir)
+    if layer_kind == "overlay" and any(c in str(repo.base) for c in ",:"):
+        # Overlay options are comma and colon separated: such a path would mount other directories.
+        raise CacheScopeError(f"an overlay cannot be mounted under a path holding ',' or ':': {repo.base}")
     with repo.locked():
         layer = repo.new_layer(job_id)
     if layer_kind == "copy":
@@ -167,8 +177,6 @@ def open_job_cache(scope: CacheScope, runner_key: str, job_id: str, layer_kind: 
     work.mkdir()
     hand_to(upper, uid)  # the merged root takes the upper directory's owner
     paths = (str(repo.trusted_dir), str(upper), str(work))
-    if any(c in p for p in paths for c in ",:"):
-        raise CacheScopeError(f"overlay paths cannot contain ',' or ':': {paths}")
     # The trusted directory is the overlay's lower layer: the job reads it, every write lands in upper/.
     return JobCache(repo, scope, None, layer, "lowerdir={},upperdir={},workdir={}".format(*paths))
 

@@ -131,9 +131,13 @@ class DockerRunner:
         if cache.directory is not None:
             return _JobCache(docker.types.Mount(CACHE_MOUNT, str(cache.directory), type="bind"), cache)
         volume = "compile-ci-cache-" + slug(spec.job_id)
-        self._remove_volume(volume)
-        self.client.volumes.create(name=volume, driver="local", labels={LABEL: spec.job_id},
-                                   driver_opts={"type": "overlay", "device": "overlay", "o": cache.overlay_options})
+        try:
+            self._remove_volume(volume)
+            self.client.volumes.create(name=volume, driver="local", labels={LABEL: spec.job_id},
+                                       driver_opts={"type": "overlay", "device": "overlay", "o": cache.overlay_options})
+        except BaseException:
+            cache.close()  # the layer goes with the failed setup
+            raise
         return _JobCache(docker.types.Mount(CACHE_MOUNT, volume, type="volume", no_copy=True), cache, volume)
 
     def _release_cache(self, job_cache: _JobCache) -> None:
@@ -201,9 +205,7 @@ class DockerRunner:
 
 def container_config(spec: RunSpec, image: str, cache: docker.types.Mount | None = None) -> dict[str, Any]:
     """Everything `containers.create` gets for a job: pure, so the hardening is visible in one place.
-
-    `cache` is the job's compile cache, already resolved to its repository and trust class (_prepare_cache).
-    """
+    `cache`: the job's compile cache, already resolved to its repository and trust class (_prepare_cache)."""
     paths = _path_map(spec)
     mounts = [
         docker.types.Mount(CHECKOUT_MOUNT, str(spec.checkout_dir), type="bind", read_only=True),

@@ -129,3 +129,4 @@ def test_a_scope_that_cannot_be_mounted_is_an_infrastructure_error(docker_runner
                    timeout_s=60, cache=scope)
     result = docker_runner.run(spec)
     assert result.infra_error and "compile cache" in result.infra_error
+    assert not list((tmp_path / "odd,dir").rglob("layers")), "nothing of the refused job is left"
