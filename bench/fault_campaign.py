@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runners.docker_runner import DEPLOYMENT_LABEL, LABEL  # noqa: E402
+from runners.docker_container import DEPLOYMENT_LABEL, LABEL  # noqa: E402
 from service.celery_app import QUEUES, RUN_JOB  # noqa: E402
 from service.devkit.sandbox.deliveries import pull_request_event  # noqa: E402
 from service.devkit.sandbox.main import FULL_NAME, REPO_ID, post_webhook, wait_until  # noqa: E402

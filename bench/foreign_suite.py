@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from runners.compile_cache import TRUSTED, CacheScope  # noqa: E402
 from runners.docker_runner import DockerRunner  # noqa: E402
 from runners.protocol import RunSpec  # noqa: E402
 from service.github.checks import count_outcomes, summary_line  # noqa: E402
@@ -62,12 +63,12 @@ def command(repo: Path, out: Path, captured: bool) -> tuple[str, ...]:
 def run_once(runner: DockerRunner, repo: Path, work: Path, name: str, captured: bool, cache: Path) -> dict[str, object]:
     out = work / name
     shutil.rmtree(out, ignore_errors=True)
-    env = {"COMPILE_CI_DEVICE": "cpu", "COMPILE_CI_CHECKOUT": str(repo),
-           "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton")}
+    env = {"COMPILE_CI_DEVICE": "cpu", "COMPILE_CI_CHECKOUT": str(repo)}
     if captured:
         env["COMPILE_CI_OUTPUT_DIR"] = str(out)
     spec = RunSpec(job_id=f"foreign-{name}", command=command(repo, out, captured), checkout_dir=repo,
-                   output_dir=out, timeout_s=3600, device="cpu", env=env, cache_dir=cache)
+                   output_dir=out, timeout_s=3600, device="cpu", env=env,
+                   cache=CacheScope(cache, "foreign", TRUSTED))  # a push's job: its repository's writable cache
     result = runner.run(spec)
     attempt = read_attempt(out, [str(repo)], repo)
     outcomes = {r.nodeid: r.outcome for r in attempt.records}

@@ -1,9 +1,13 @@
-"""DockerRunner overhead on the correctness suite: job wall time vs bare pytest in the same container, a rerun
-with the persistent compile cache, and the time from `run()` to the container running.
+"""DockerRunner overhead on the correctness suite: job wall time vs bare pytest in the same container, reruns
+with the persistent compile cache per trust class, and the time from `run()` to the container running.
+
+The plan: repository A trusted cold (empty cache), A trusted warm (rerun: its trusted cache), an untrusted pull
+request of A (warm: reads A's trusted cache through its throwaway overlay), an untrusted pull request of B (cold:
+B has no trusted cache yet). The disk A's trusted cache holds afterwards is printed too.
 
 "Bare" is pytest's own wall time measured inside the job's container by a thin wrapper around the same command,
 so the ratio isolates what the runner adds (create, start, log streaming, inspect, removal). Run on an idle host:
-`python bench/job_overhead.py [--runs 2]`.
+`python bench/job_overhead.py [--runs 2] [--layer overlay|copy]`.
 """
 
 from __future__ import annotations
@@ -18,7 +22,9 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-from runners.docker_runner import DockerRunner, container_name
+from runners.compile_cache import TRUSTED, UNTRUSTED, CacheScope, RepoCache, disk_usage
+from runners.docker_container import container_name
+from runners.docker_runner import UNTRUSTED_LAYERS, DockerRunner
 from runners.protocol import RunSpec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +37,7 @@ WRAPPER = (
 )
 
 
-def job_spec(work: Path, cache: Path, attempt: int) -> RunSpec:
+def job_spec(work: Path, cache: CacheScope, attempt: int) -> RunSpec:
     checkout, out = work / "checkout", work / f"out-{attempt}"
     checkout.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True)
@@ -39,22 +45,25 @@ def job_spec(work: Path, cache: Path, attempt: int) -> RunSpec:
     pytest = ["python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin", "-o",
               "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}", str(suites / "correctness")]
     env = {"COMPILE_CI_DEVICE": "cpu", "COMPILE_CI_CHECKOUT": str(checkout), "COMPILE_CI_TARGETS": "{}",
-           "COMPILE_CI_OUTPUT_DIR": str(out), "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
-           "TRITON_CACHE_DIR": f"{cache}/triton"}
-    return RunSpec(job_id="bench-overhead", command=("python", "-c", WRAPPER, *pytest), checkout_dir=checkout,
-                   output_dir=out, timeout_s=1800, env=env, cache_dir=cache, suites_dir=suites)
+           "COMPILE_CI_OUTPUT_DIR": str(out)}
+    return RunSpec(job_id=f"bench-overhead-{attempt}", command=("python", "-c", WRAPPER, *pytest),
+                   checkout_dir=checkout, output_dir=out, timeout_s=1800, env=env, cache=cache, suites_dir=suites)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=2, help="the first is cold, the others reuse the cache")
+    parser.add_argument("--runs", type=int, default=2, help="trusted runs of A: the first is cold, the others warm")
+    parser.add_argument("--layer", choices=UNTRUSTED_LAYERS, default="overlay", help="untrusted jobs' layer")
     args = parser.parse_args()
-    runner = DockerRunner()
+    runner = DockerRunner(untrusted_layer=args.layer)
     work = Path(tempfile.mkdtemp(prefix="compile-ci-bench-docker-"))
-    cache = work / "cache"
+    root = work / "cache"
+    plan = [("A trusted " + ("cold" if n == 0 else "warm"), CacheScope(root, "A", TRUSTED)) for n in range(args.runs)]
+    plan += [("A untrusted PR (warm)", CacheScope(root, "A", UNTRUSTED, 1)),
+             ("B untrusted PR (cold)", CacheScope(root, "B", UNTRUSTED, 2))]
     rows = []
     try:
-        for attempt in range(args.runs):
+        for attempt, (label, cache) in enumerate(plan):
             spec = job_spec(work, cache, attempt)
             started_wall = time.time()
             seen: dict[str, float] = {}
@@ -68,16 +77,21 @@ def main() -> int:
 
             result = runner.run(replace(spec), probe)
             bare = json.loads((spec.output_dir / "bare.json").read_text())["bare_s"]
-            rows.append({"run": attempt + 1, "exit": result.exit_code, "job_s": result.duration_s, "bare_s": bare,
+            rows.append({"run": label, "exit": result.exit_code, "job_s": result.duration_s, "bare_s": bare,
                          "start_s": seen.get("running_at", float("nan")) - started_wall})
-            print(f"run {attempt + 1}: exit {result.exit_code}, job {result.duration_s:.1f} s, bare pytest "
+            print(f"{label}: exit {result.exit_code}, job {result.duration_s:.1f} s, bare pytest "
                   f"{bare:.1f} s, job/bare {result.duration_s / bare:.3f}, run() -> running "
                   f"{rows[-1]['start_s']:.2f} s", flush=True)
+        trusted_a = RepoCache.of(plan[0][1], runner.cache_key("cpu")).trusted_dir
+        print(f"A's trusted cache after the runs: {disk_usage(trusted_a) / 2**20:.1f} MiB")
     finally:
         runner.close()
         shutil.rmtree(work, ignore_errors=True)
-    if len(rows) > 1:
-        print(f"rerun/first (job wall): {rows[1]['job_s'] / rows[0]['job_s']:.2f}")
+    first = rows[0]["job_s"]
+    if args.runs > 1:
+        print(f"trusted warm rerun / first run (job wall): {rows[1]['job_s'] / first:.2f}")
+    print(f"untrusted warm / trusted first: {rows[-2]['job_s'] / first:.2f}; "
+          f"untrusted cold / trusted first: {rows[-1]['job_s'] / first:.2f}")
     return 0 if all(r["exit"] == 0 for r in rows) else 1
 
 

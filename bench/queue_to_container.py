@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runners.docker_runner import LABEL  # noqa: E402
+from runners.docker_container import LABEL  # noqa: E402
 from service.devkit.sandbox.deliveries import pull_request_event  # noqa: E402
 from service.devkit.sandbox.main import FULL_NAME, REPO_ID, post_webhook, wait_until  # noqa: E402
 from service.devkit.sandbox.sample_repo import SampleRepo, create_sample_repo  # noqa: E402

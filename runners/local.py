@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+from runners.compile_cache import JobCache, open_job_cache
 from runners.protocol import RunResult, RunSpec, ShouldCancel
 
 # The worker's environment holds the webhook secret and the App's private key; the job gets none
@@ -19,6 +20,10 @@ KILL_GRACE_S = 5.0
 
 
 class LocalRunner:
+    """Trusted hosts only: the job runs as the worker's user, so it can read whatever that user can, every
+    repository's cache included. What it does guarantee: an untrusted job works on a private copy of its
+    repository's trusted cache (deleted after it), so nothing it writes is ever imported by another job."""
+
     name = "local"
 
     def __init__(self, python: str = "") -> None:
@@ -35,18 +40,31 @@ class LocalRunner:
         env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"})
         env.update(spec.env)
         start = time.monotonic()
-        with open(spec.log_path, "ab") as log:
-            try:
-                proc = subprocess.Popen(
-                    spec.command, cwd=scratch, env=env, stdout=log, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True,
-                )
-            except OSError as exc:
-                return RunResult(None, time.monotonic() - start, infra_error=f"cannot start job: {exc}")
-            try:
-                outcome = _wait(proc, spec.timeout_s, should_cancel)
-            finally:
-                _kill_group(proc)
+        cache: JobCache | None = None
+        try:
+            if spec.cache is not None:
+                # "copy": an untrusted job never gets the trusted directory itself, only a throwaway copy of it.
+                cache = open_job_cache(spec.cache, self.cache_key(spec.device), spec.job_id, "copy", None)
+                assert cache.directory is not None
+                env.update({"TORCHINDUCTOR_CACHE_DIR": str(cache.directory / "inductor"),
+                            "TRITON_CACHE_DIR": str(cache.directory / "triton")})
+            with open(spec.log_path, "ab") as log:
+                try:
+                    proc = subprocess.Popen(
+                        spec.command, cwd=scratch, env=env, stdout=log, stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL, start_new_session=True,
+                    )
+                except OSError as exc:
+                    return RunResult(None, time.monotonic() - start, infra_error=f"cannot start job: {exc}")
+                try:
+                    outcome = _wait(proc, spec.timeout_s, should_cancel)
+                finally:
+                    _kill_group(proc)
+        except (OSError, subprocess.CalledProcessError, ValueError) as exc:
+            return RunResult(None, time.monotonic() - start, infra_error=f"the job's compile cache failed: {exc}")
+        finally:
+            if cache is not None:
+                cache.close()
         duration = time.monotonic() - start
         shutil.rmtree(scratch, ignore_errors=True)
         if outcome == "timeout":

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from runners.compile_cache import CacheScope
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -20,8 +22,9 @@ class RunSpec:
     memory_mb: int = 8192
     cpus: float = 2.0
     pids: int = 4096
-    # Compile caches that outlive the job (inductor, triton); container runners mount it.
-    cache_dir: Path | None = None
+    # Which compile cache (inductor, triton) outlives the job: the runner resolves it to its repository's
+    # directory, read-write for trusted jobs, a throwaway layer over it for untrusted ones (runners/compile_cache.py).
+    cache: CacheScope | None = None
     # The built-in suites the command names; container runners use the copy installed in their image.
     suites_dir: Path | None = None
     # The repository's installed requirements (prepared by the worker); container runners mount it read-only.
@@ -53,7 +56,7 @@ class Runner(Protocol):
     python: str  # the interpreter a job's command starts, as the job sees it
 
     def cache_key(self, device: str) -> str:
-        """Names the compile cache directory: caches are only valid for one interpreter/torch build."""
+        """Names the runner build's cache tree: caches are only valid for one interpreter/torch build."""
         ...
 
     def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult: ...

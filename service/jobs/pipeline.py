@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from runners.compile_cache import CacheScope, trust_class
 from runners.protocol import RunResult, RunSpec
 from service.jobs import install, lifecycle
 from service.jobs.context import WorkerContext
@@ -21,7 +22,7 @@ from service.jobs.lifecycle import JobState
 from service.jobs.outcome import judge, read_attempt, read_json, write_meta
 from service.jobs.planning import builtin_suites
 from service.repo_config import CONFIG_FILE, RepoConfig, parse_repo_config
-from service.store import Job
+from service.store import Job, Run
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
             config = parse_repo_config(text, builtin_suites(ctx.suites_dir))
             assert not isinstance(config, list), "planned jobs have a valid config"
             checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
-            spec = _spec(ctx, job, config, checkout, out)
+            spec = _spec(ctx, run, job, config, checkout, out)
             roots = [str(spec.checkout_dir), spec.env.get("COMPILE_CI_CHECKOUT", ""), *install.source_roots(out)]
             (out / "log.txt").write_text(f"$ {' '.join(install.shown(spec.command))}\n")
             result = ctx.runner.run(spec, _Watch(ctx, job, lease, out))
@@ -120,7 +121,7 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _spec(ctx: WorkerContext, job: Job, config: RepoConfig, checkout: Path, out: Path) -> RunSpec:
+def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: Path, out: Path) -> RunSpec:
     # Worker paths throughout: LocalRunner uses them as they are, DockerRunner maps them to its mounts.
     pytest = [ctx.runner.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
               "-o", "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}"]
@@ -128,21 +129,20 @@ def _spec(ctx: WorkerContext, job: Job, config: RepoConfig, checkout: Path, out:
         command = [*pytest, "--rootdir", str(checkout), *(str(checkout / p) for p in config.repo_tests)]
     else:
         command = [*pytest, str(ctx.suites_dir / job.suite)]
-    cache = ctx.settings.data_dir / "cache" / ctx.runner.cache_key(job.device)
+    # The runner resolves it to this repository's cache, writable only by trusted runs (runners/compile_cache.py).
+    cache = CacheScope(ctx.settings.data_dir / "cache", str(run.repo_id), trust_class(run.trigger, run.gate),
+                       run.pr_number, ctx.settings.cache_cap_mb)
     env = {
         "COMPILE_CI_DEVICE": job.device,
         "COMPILE_CI_CHECKOUT": str(checkout),
         "COMPILE_CI_TARGETS": json.dumps(config.targets),
         "COMPILE_CI_OUTPUT_DIR": str(out),
-        # Compile caches outlive the job: a rerun of the same code skips inductor's C++/Triton builds.
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-        "TRITON_CACHE_DIR": str(cache / "triton"),
     }
     deps = install.prepare(ctx.settings, config.requirements, ctx.runner.cache_key(job.device))
     if deps is not None or config.install_package:
         command = install.wrap(command, ctx.runner.python, checkout, deps, config.install_package)
     return RunSpec(job_id=job.id, command=tuple(command), checkout_dir=checkout, output_dir=out,
-                   timeout_s=job.timeout_s, device=job.device, env=env, cache_dir=cache,
+                   timeout_s=job.timeout_s, device=job.device, env=env, cache=cache,
                    suites_dir=ctx.suites_dir, deps_dir=deps)
 
 

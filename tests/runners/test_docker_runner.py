@@ -8,32 +8,32 @@ from pathlib import Path
 import docker
 import pytest
 
-from runners.docker_runner import (
+from runners.docker_container import (
     CACHE_MOUNT,
     DEADLINE_SLACK_S,
     DEPLOYMENT_LABEL,
     IMAGE_SUITES,
     LABEL,
-    DockerRunner,
     container_config,
     container_name,
 )
+from runners.docker_runner import DockerRunner
 from runners.protocol import RunSpec
 from tests.runners.conftest import job_containers
 
 
 def pipeline_like_spec(tmp_path: Path, device: str = "cpu") -> RunSpec:
     """Shaped like the pipeline's: worker paths in the command and the environment."""
-    checkout, out, cache, suites = (tmp_path / n for n in ("src", "out", "cache", "suites"))
+    checkout, out, suites = (tmp_path / n for n in ("src", "out", "suites"))
     return RunSpec(job_id="r1-correctness-" + device, checkout_dir=checkout, output_dir=out, timeout_s=60,
                    command=("python", "-m", "pytest", f"--junitxml={out}/junit.xml", f"{suites}/correctness"),
-                   env={"COMPILE_CI_CHECKOUT": str(checkout), "COMPILE_CI_OUTPUT_DIR": str(out),
-                        "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor"},
-                   device=device, cache_dir=cache, suites_dir=suites, memory_mb=2048, cpus=1.5, pids=256)
+                   env={"COMPILE_CI_CHECKOUT": str(checkout), "COMPILE_CI_OUTPUT_DIR": str(out)},
+                   device=device, suites_dir=suites, memory_mb=2048, cpus=1.5, pids=256)
 
 
 def test_worker_paths_become_mount_points(tmp_path: Path) -> None:
-    config = container_config(pipeline_like_spec(tmp_path), "img")
+    cache = docker.types.Mount(CACHE_MOUNT, str(tmp_path / "cache"), type="bind")
+    config = container_config(pipeline_like_spec(tmp_path), "img", cache)
     assert config["command"] == ["timeout", "--kill-after=10", str(60 + DEADLINE_SLACK_S), "python", "-m", "pytest",
                                  "--junitxml=/job/out/junit.xml", f"{IMAGE_SUITES}/correctness"]
     assert config["environment"]["COMPILE_CI_CHECKOUT"] == "/job/checkout"
@@ -100,7 +100,7 @@ def _leftover(client: object, job_id: str, deployment: str, command: tuple[str, 
     """A job container as a SIGKILLed worker leaves it: created and started, nobody waiting on it."""
     spec = RunSpec(job_id=job_id, command=command, checkout_dir=Path("/nonexistent"), output_dir=Path("/nonexistent"),
                    timeout_s=1)
-    config = container_config(spec, "compile-ci/runner-cpu:latest", deployment, deadline_slack_s=slack_s)
+    config = container_config(spec, "compile-ci/runner-cpu:latest", deployment=deployment, deadline_slack_s=slack_s)
     config["mounts"] = []  # nothing of the host is needed to stand in for a job
     container = client.containers.create(**config)  # type: ignore[attr-defined]
     container.start()

@@ -1,0 +1,244 @@
+"""Compile caches per repository and trust class: layout, locking, throwaway layers, size cap with LRU eviction.
+
+Torch imports a cached module (inductor's generated .py, an FX-graph-cache entry) without checking it, so whoever
+can write a cache runs code in every later job that reads it. Hence:
+
+- one cache per (runner build, repository): a job is only ever given its own repository's directory;
+- only trusted jobs (pushes, pull requests whose gate is "trusted") write it;
+- an untrusted job (a pull request run after `/ok-to-test`, gate "approved") reads the trusted cache through a
+  throwaway layer of its own (an overlay or a copy) that is deleted when the job ends and never merged back.
+
+Layout under `<data_dir>/cache/<runner cache_key>/<repository id>/`:
+    trusted/            inductor/, triton/: written by trusted jobs only
+    layers/<job>/       one untrusted job's layer (upper/ + work/ for an overlay, or copy/), gone after the job
+    .lock               flock: layer setup, copies and eviction of one repository never interleave
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+TRUSTED = "trusted"
+UNTRUSTED = "untrusted"
+DEFAULT_CAP_MB = 4096
+# A layer that outlived this is a crashed worker's leftover (no job runs this long): removed at the next setup.
+STALE_LAYER_S = 24 * 3600
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
+
+
+class CacheScopeError(ValueError):
+    """A scope that cannot name a directory safely: refused rather than sanitized into another repository's."""
+
+
+@dataclass(frozen=True)
+class CacheScope:
+    """Which compile cache a job gets: its repository's, read-write when trusted, through a throwaway layer if not."""
+
+    root: Path  # <data_dir>/cache; the runner adds its own cache_key (one interpreter/torch build)
+    repo: str  # the repository's id: stable across renames, never shared by two repositories
+    trust: str  # TRUSTED | UNTRUSTED
+    pr: int | None = None
+    cap_mb: int = DEFAULT_CAP_MB
+
+    def __post_init__(self) -> None:
+        if not _SAFE_NAME.fullmatch(self.repo):
+            raise CacheScopeError(f"a cache scope's repository must be a plain name, got {self.repo!r}")
+        if self.trust not in (TRUSTED, UNTRUSTED):
+            raise CacheScopeError(f"a cache scope's trust must be {TRUSTED} or {UNTRUSTED}, got {self.trust!r}")
+        if self.cap_mb < 1:
+            raise CacheScopeError(f"a cache cap must be at least 1 MB, got {self.cap_mb}")
+
+    @property
+    def trusted(self) -> bool:
+        return self.trust == TRUSTED
+
+
+def trust_class(trigger: str, gate: str) -> str:
+    """Pushes and trusted authors' pull requests are trusted; anything else (an approved sha) is not.
+
+    Approving one sha lets its code run, not vouch for what it leaves behind: gate "approved" is untrusted.
+    """
+    if gate == "trusted" and trigger in ("push", "pull_request"):
+        return TRUSTED
+    return UNTRUSTED
+
+
+@dataclass(frozen=True)
+class RepoCache:
+    """The directories of one repository's cache for one runner build."""
+
+    base: Path
+
+    @classmethod
+    def of(cls, scope: CacheScope, runner_key: str) -> RepoCache:
+        if not _SAFE_NAME.fullmatch(runner_key):
+            raise CacheScopeError(f"a runner cache key must be a plain name, got {runner_key!r}")
+        return cls(scope.root / runner_key / scope.repo)
+
+    @property
+    def trusted_dir(self) -> Path:
+        return self.base / "trusted"
+
+    def layer_dir(self, job_id: str) -> Path:
+        return self.base / "layers" / slug(job_id)
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        self.base.mkdir(parents=True, exist_ok=True)
+        with open(self.base / ".lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def new_layer(self, job_id: str) -> Path:
+        """An empty layer directory for one untrusted job; stale leftovers of crashed workers go first."""
+        self.trusted_dir.mkdir(parents=True, exist_ok=True)
+        layers = self.base / "layers"
+        layers.mkdir(exist_ok=True)
+        cutoff = time.time() - STALE_LAYER_S
+        for old in layers.iterdir():
+            if old.stat().st_mtime < cutoff:
+                shutil.rmtree(old, ignore_errors=True)
+        layer = self.layer_dir(job_id)
+        shutil.rmtree(layer, ignore_errors=True)  # a previous attempt of the same job
+        layer.mkdir()
+        return layer
+
+    def copy_trusted(self, dest: Path) -> None:
+        """A private copy of the trusted cache (reflinks where the filesystem has them, else a plain copy)."""
+        dest.mkdir(parents=True, exist_ok=True)
+        with self.locked():
+            self.trusted_dir.mkdir(parents=True, exist_ok=True)
+            subprocess.run(["cp", "-a", "--reflink=auto", f"{self.trusted_dir}/.", str(dest)], check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def evict(self, cap_mb: int) -> int:
+        """Bring trusted/ under cap_mb, least recently used files first; returns the bytes removed."""
+        with self.locked():
+            return evict_lru(self.trusted_dir, cap_mb * 1024 * 1024)
+
+
+@dataclass(frozen=True)
+class JobCache:
+    """The cache directory one job got, and what to tidy when it ends."""
+
+    repo: RepoCache
+    scope: CacheScope
+    directory: Path | None  # what the job reads and writes (a bind mount), or None for an overlay
+    layer: Path | None = None  # an untrusted job's throwaway layer
+    overlay_options: str = ""  # lowerdir=trusted,upperdir=...,workdir=... for the engine to mount
+
+    def close(self) -> None:
+        """An untrusted job's layer is never merged back: it goes. A trusted job's writes stay, under the cap."""
+        if self.layer is not None:
+            shutil.rmtree(self.layer, ignore_errors=True)
+            return
+        try:
+            self.repo.evict(self.scope.cap_mb)
+        except OSError:
+            # The job's result stands; the next trusted job of the repository tries again.
+            log.warning("compile cache %s: eviction failed", self.repo.base, exc_info=True)
+
+
+def open_job_cache(scope: CacheScope, runner_key: str, job_id: str, layer_kind: str, uid: int | None) -> JobCache:
+    """Resolve a job's scope to directories. layer_kind ("overlay" | "copy") says how an untrusted job reads the
+    trusted cache; uid, when given, is the job's user, handed the directories it may write."""
+    repo = RepoCache.of(scope, runner_key)
+    if scope.trusted:
+        with repo.locked():
+            repo.trusted_dir.mkdir(parents=True, exist_ok=True)
+        hand_to(repo.trusted_dir, uid)
+        return JobCache(repo, scope, repo.trusted_dir)
+    if layer_kind == "overlay" and any(c in str(repo.base) for c in ",:"):
+        # Overlay options are comma and colon separated: such a path would mount other directories.
+        raise CacheScopeError(f"an overlay cannot be mounted under a path holding ',' or ':': {repo.base}")
+    with repo.locked():
+        layer = repo.new_layer(job_id)
+    if layer_kind == "copy":
+        repo.copy_trusted(layer / "copy")
+        hand_to(layer / "copy", uid)
+        return JobCache(repo, scope, layer / "copy", layer)
+    upper, work = layer / "upper", layer / "work"
+    upper.mkdir()
+    work.mkdir()
+    hand_to(upper, uid)  # the merged root takes the upper directory's owner
+    paths = (str(repo.trusted_dir), str(upper), str(work))
+    # The trusted directory is the overlay's lower layer: the job reads it, every write lands in upper/.
+    return JobCache(repo, scope, None, layer, "lowerdir={},upperdir={},workdir={}".format(*paths))
+
+
+def hand_to(path: Path, uid: int | None) -> None:
+    """A job running as another user than the worker gets the directories it may write."""
+    if uid is None or os.geteuid() == uid:
+        return
+    if os.geteuid() == 0:
+        os.chown(path, uid, uid)
+    else:
+        path.chmod(0o777)
+
+
+def evict_lru(directory: Path, cap_bytes: int) -> int:
+    """Remove the least recently used files (by access or modification time, whichever is later) until the
+    directory holds at most cap_bytes. With `noatime` mounts this degrades to least recently written."""
+    entries: list[tuple[float, int, str]] = []
+    total = 0
+    for dirpath, _dirs, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            entries.append((max(info.st_atime, info.st_mtime), info.st_size, path))
+            total += info.st_size
+    freed = 0
+    for _used, size, path in sorted(entries):
+        if total - freed <= cap_bytes:
+            break
+        try:
+            os.unlink(path)
+            freed += size
+        except FileNotFoundError:
+            pass
+    if freed:
+        _remove_empty_dirs(directory)
+    return freed
+
+
+def disk_usage(directory: Path) -> int:
+    """Bytes in the files under a directory (what the cap counts)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(directory):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def _remove_empty_dirs(directory: Path) -> None:
+    for dirpath, _dirs, _files in os.walk(directory, topdown=False):
+        if dirpath != str(directory):
+            try:
+                os.rmdir(dirpath)
+            except OSError:
+                pass  # not empty
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9_.-]+", "-", text).strip("-.")[:200]

@@ -1,0 +1,132 @@
+"""Compile cache scopes, trust classes, throwaway layers and the size cap (least recently used eviction)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from runners.compile_cache import (
+    STALE_LAYER_S,
+    TRUSTED,
+    UNTRUSTED,
+    CacheScope,
+    CacheScopeError,
+    RepoCache,
+    disk_usage,
+    evict_lru,
+    trust_class,
+)
+from runners.docker_runner import DockerRunner
+from runners.local import LocalRunner
+from runners.protocol import Runner, RunSpec
+
+MB = 1024 * 1024
+
+
+@pytest.mark.parametrize(("trigger", "gate", "expected"), [
+    ("push", "trusted", TRUSTED),
+    ("pull_request", "trusted", TRUSTED),
+    ("pull_request", "approved", UNTRUSTED),  # /ok-to-test lets one sha run, it does not vouch for its output
+    ("pull_request", "waiting", UNTRUSTED),
+    ("something-new", "trusted", UNTRUSTED),
+])
+def test_trust_classes(trigger: str, gate: str, expected: str) -> None:
+    assert trust_class(trigger, gate) == expected
+
+
+@pytest.mark.parametrize("repo", ["../101", "a/b", "", ".", "..", "101\n"])
+def test_a_scope_never_names_a_directory_outside_its_repository(tmp_path: Path, repo: str) -> None:
+    with pytest.raises(CacheScopeError):
+        CacheScope(tmp_path, repo, TRUSTED)
+
+
+def test_a_scope_needs_a_known_trust_class_and_a_positive_cap(tmp_path: Path) -> None:
+    with pytest.raises(CacheScopeError):
+        CacheScope(tmp_path, "101", "approved")
+    with pytest.raises(CacheScopeError):
+        CacheScope(tmp_path, "101", TRUSTED, cap_mb=0)
+
+
+def write(path: Path, size: int, used: float) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+    os.utime(path, (used, used))
+    return path
+
+
+def test_eviction_removes_the_least_recently_used_first(tmp_path: Path) -> None:
+    now = time.time()
+    old = write(tmp_path / "inductor" / "aa" / "old.py", MB, now - 300)
+    read_lately = write(tmp_path / "inductor" / "bb" / "read.so", MB, now - 200)
+    os.utime(read_lately, (now - 10, now - 200))  # written long ago, read a moment ago
+    newest = write(tmp_path / "triton" / "cc" / "new.json", MB, now - 100)
+    freed = evict_lru(tmp_path, 2 * MB)
+    assert freed == MB and not old.exists() and read_lately.exists() and newest.exists()
+    assert not (tmp_path / "inductor" / "aa").exists(), "emptied directories go too"
+    assert evict_lru(tmp_path, MB) == MB and not newest.exists() and read_lately.exists()
+    assert disk_usage(tmp_path) == MB
+
+
+def test_eviction_under_the_cap_removes_nothing(tmp_path: Path) -> None:
+    write(tmp_path / "a", MB, time.time())
+    assert evict_lru(tmp_path, 2 * MB) == 0 and disk_usage(tmp_path) == MB
+
+
+def test_a_crashed_workers_layers_are_cleared_at_the_next_setup(tmp_path: Path) -> None:
+    repo = RepoCache.of(CacheScope(tmp_path, "101", UNTRUSTED, 4), "docker-img")
+    stale = repo.new_layer("crashed-job")
+    (stale / "upper").mkdir()
+    os.utime(stale, (time.time() - STALE_LAYER_S - 60,) * 2)
+    running = repo.new_layer("running-job")
+    fresh = repo.new_layer("next-job")
+    assert not stale.exists() and running.exists() and fresh.exists()
+
+
+@pytest.fixture
+def local_runner() -> LocalRunner:
+    return LocalRunner()
+
+
+@pytest.fixture(params=["docker", "local"])
+def runner(request: pytest.FixtureRequest) -> Runner:
+    return request.getfixturevalue(f"{request.param}_runner")
+
+
+FILL = ("import os, pathlib, time\n"
+        "cache = pathlib.Path(os.environ['TORCHINDUCTOR_CACHE_DIR'])\n"
+        "cache.mkdir(parents=True, exist_ok=True)\n"
+        "for i in range(3):\n"
+        "    (cache / f'entry{i}.bin').write_bytes(b'x' * (1 << 20))\n"
+        "    t = time.time() - 100 + i; os.utime(cache / f'entry{i}.bin', (t, t))\n")
+
+
+def test_a_trusted_job_leaves_its_repository_under_the_cap(runner: Runner, tmp_path: Path) -> None:
+    scope = CacheScope(tmp_path / "cache", "101", TRUSTED, cap_mb=2)
+    spec = RunSpec(job_id="fill", command=(runner.python, "-c", FILL), checkout_dir=tmp_path,
+                   output_dir=tmp_path / "out", timeout_s=120, cache=scope)
+    assert runner.run(spec).exit_code == 0, spec.log_path.read_text()
+    inductor = RepoCache.of(scope, runner.cache_key("cpu")).trusted_dir / "inductor"
+    assert sorted(p.name for p in inductor.iterdir()) == ["entry1.bin", "entry2.bin"]
+
+
+def test_an_untrusted_job_adds_nothing_to_the_repositorys_cache(runner: Runner, tmp_path: Path) -> None:
+    scope = CacheScope(tmp_path / "cache", "101", UNTRUSTED, pr=9, cap_mb=64)
+    spec = RunSpec(job_id="fill-untrusted", command=(runner.python, "-c", FILL), checkout_dir=tmp_path,
+                   output_dir=tmp_path / "out", timeout_s=120, cache=scope)
+    assert runner.run(spec).exit_code == 0, spec.log_path.read_text()
+    repo = RepoCache.of(scope, runner.cache_key("cpu"))
+    assert disk_usage(repo.base) == 0 and list((repo.base / "layers").iterdir()) == []
+
+
+def test_a_scope_that_cannot_be_mounted_is_an_infrastructure_error(docker_runner: DockerRunner,
+                                                                      tmp_path: Path) -> None:
+    # Overlay options are comma/colon separated: a data directory holding either cannot be mounted safely.
+    scope = CacheScope(tmp_path / "odd,dir", "101", UNTRUSTED, pr=1)
+    spec = RunSpec(job_id="odd", command=("true",), checkout_dir=tmp_path, output_dir=tmp_path / "out",
+                   timeout_s=60, cache=scope)
+    result = docker_runner.run(spec)
+    assert result.infra_error and "compile cache" in result.infra_error
+    assert not list((tmp_path / "odd,dir").rglob("layers")), "nothing of the refused job is left"
