@@ -171,6 +171,7 @@ def test_rerun_cuda_needs_write_access(settings: Settings, repo: Path, worker: N
     comment(settings, 8, "/rerun cuda", "rita", 81)
     (refusal,) = wait_for(lambda: emulator.comments)
     assert "@rita has read access" in refusal["body"] and "write access" in refusal["body"]
+    assert "Commands (one per line" not in refusal["body"]  # the syntax was right: no grammar lesson
 
     comment(settings, 8, "> /rerun cuda\n/rerun cuda", "maria", 82)
     runs = wait_for(lambda: settled(emulator, sha, 3))
