@@ -16,6 +16,7 @@ from service.store.rows import (
     utcnow,
 )
 from service.store.store import Store
+from service.store import attempts as _attempts  # noqa: E402,F401,I001 - its table is made with the others
 
 __all__ = ["APPROVAL_CHECK", "APPROVAL_SUITE", "Artifact", "InstalledRepo", "Job", "NewRun", "Run", "Store",
            "TestRecord", "TestResult", "job_id_for", "job_id_of_external", "run_id_for", "utcnow"]
