@@ -1,5 +1,6 @@
 """The store (rows and queries in SQL) and the claims (Redis): the only modules that talk to a database."""
 
+from service.store import attempts as _attempts  # noqa: F401 - its table is made with the others
 from service.store.rows import (
     APPROVAL_CHECK,
     APPROVAL_SUITE,
@@ -16,7 +17,6 @@ from service.store.rows import (
     utcnow,
 )
 from service.store.store import Store
-from service.store import attempts as _attempts  # noqa: E402,F401,I001 - its table is made with the others
 
 __all__ = ["APPROVAL_CHECK", "APPROVAL_SUITE", "Artifact", "InstalledRepo", "Job", "NewRun", "Run", "Store",
            "TestRecord", "TestResult", "job_id_for", "job_id_of_external", "run_id_for", "utcnow"]

@@ -57,7 +57,8 @@ def test_repo_tests_add_the_repo_suite_to_the_default_run() -> None:
         ('[suites]\nrun = ["freezing", "freezing"]', [".compile-ci.toml:2: [suites] run: 'freezing' is listed more"]),
         (
             '[targets]\nmodels = ["a.b"]\n[suites]\nrun = ["nope"]\n[install]\ncommand = 1\n',
-            [".compile-ci.toml:2: [targets] models", ".compile-ci.toml:4: [suites] run", ".compile-ci.toml:6: [install]"],
+            [".compile-ci.toml:2: [targets] models", ".compile-ci.toml:4: [suites] run",
+             ".compile-ci.toml:6: [install]"],
         ),
     ],
     ids=["toml-syntax", "unknown-suite", "devices-not-list", "unknown-device", "zero-timeout", "repo-without-tests",
