@@ -26,6 +26,8 @@ IMAGES_DIR = Path(__file__).parent
 REPO_ROOT = IMAGES_DIR.parent.parent
 LOCAL_BASE = "compile-ci/base:bookworm"
 TORCH_PIN = "torch==2.13.0"  # never unpinned: an unpinned torch pulls GBs of CUDA wheels
+# numpy: torch warns "Failed to initialize NumPy" at every import without it; expecttest: torch's own test helpers.
+RUNNER_EXTRAS = ("pytest>=8", "numpy>=1.26", "expecttest>=0.2")
 # What the local base carries so that it stands in for python:3.11-slim-bookworm (python, pip, venv, CAs).
 BASE_PACKAGES = ("python3", "python3-pip", "python3-venv", "python-is-python3", "ca-certificates")
 
@@ -43,9 +45,9 @@ def recipes() -> dict[str, ImageRecipe]:
     service_deps = tuple(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
     return {
         "cpu": ImageRecipe("cpu", "compile-ci/runner-cpu:latest", IMAGES_DIR / "cpu" / "Dockerfile",
-                           ("suites",), (TORCH_PIN, "pytest>=8")),
+                           ("suites",), (TORCH_PIN, *RUNNER_EXTRAS)),
         "cuda": ImageRecipe("cuda", "compile-ci/runner-cuda:latest", IMAGES_DIR / "cuda" / "Dockerfile",
-                            ("suites",), (TORCH_PIN, "pytest>=8")),
+                            ("suites",), (TORCH_PIN, *RUNNER_EXTRAS)),
         # setuptools: `pip install .` builds the project in an isolated environment, offline too.
         "service": ImageRecipe("service", "compile-ci/service:latest", REPO_ROOT / "Dockerfile",
                                ("pyproject.toml", "README.md", "service", "runners", "suites"),
