@@ -4,7 +4,8 @@
 
 Builds the job in a temporary store and artifact directory (tests/browser/seed.py), then times GET /jobs/<id>
 with Flask's test client (no network): the first request (cold line index of the log) separately, then
-p50/p95 of the rest. Also times a page of the whole log, the live-log poll and a search of the whole log. Prints a table and a JSON line.
+p50/p95 of the rest. Also times a page of the whole log, the live-log poll and a search of it all.
+Prints a table and a JSON line.
 """
 
 from __future__ import annotations
