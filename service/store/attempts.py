@@ -34,7 +34,9 @@ def record_finished(store: Store, job: Job) -> None:
     """Keep a completed job's outcome under its generation; a second report of the same one changes nothing."""
     if job.state != "completed":
         return
-    row = AttemptRecord(job_id=job.id, rerun=job.rerun, attempt=job.attempt if job.started_at else 0,
+    # Cancelled in the queue: the job row's attempt counter still names the previous check run's directory.
+    never_ran = job.started_at is None and any(r.attempt == job.attempt for r in attempts_of(store, job.id))
+    row = AttemptRecord(job_id=job.id, rerun=job.rerun, attempt=0 if never_ran else job.attempt,
                         conclusion=job.conclusion or "", title=job.title, detail=job.detail, runner=job.runner,
                         torch_version=job.torch_version, started_at=job.started_at, finished_at=job.finished_at)
     try:

@@ -55,10 +55,11 @@ class AttemptView:
         return self.attempt > 0
 
 
-def _newest(job: Job, base: str) -> AttemptView:
+def _newest(job: Job, base: str, earlier: list[AttemptRecord]) -> AttemptView:
     # A check run cancelled in the queue (or never run) has no directory of its own: the job row's attempt
     # counter still names the previous check run's.
-    attempt = job.attempt if job.started_at is not None else 0
+    taken = job.started_at is None and any(r.attempt == job.attempt for r in earlier)
+    attempt = 0 if taken or job.suite == APPROVAL_SUITE else job.attempt
     return AttemptView(job.id, job.run_id, job.suite, job.device, job.rerun + 1, attempt, job.state,
                        job.conclusion, job.title, job.detail, job.runner, job.torch_version, job.started_at,
                        job.finished_at, True, base)
@@ -76,8 +77,10 @@ def load_attempt(job_id: str, number: int | None) -> tuple[Run, AttemptView, Pat
     run, job, _directory = load_job(job_id)
     if number is not None and not 1 <= number <= min(job.rerun + 1, MAX_ATTEMPT):
         abort(404)
-    newest = _newest(job, f"/jobs/{job.id}" if number is None else f"/jobs/{job.id}/attempts/{job.rerun + 1}")
-    earlier = [_earlier(job, r) for r in attempts_of(wiring().store, job.id) if r.rerun < job.rerun]
+    records = [r for r in attempts_of(wiring().store, job.id) if r.rerun < job.rerun]
+    newest = _newest(job, f"/jobs/{job.id}" if number is None else f"/jobs/{job.id}/attempts/{job.rerun + 1}",
+                     records)
+    earlier = [_earlier(job, r) for r in records]
     every = [*earlier, newest]
     chosen = newest if number is None or number == newest.number else next(
         (a for a in earlier if a.number == number), None)
