@@ -4,7 +4,8 @@
 
 Builds the job in a temporary store and artifact directory (tests/browser/seed.py), then times GET /jobs/<id>
 with Flask's test client (no network): the first request (cold line index of the log) separately, then
-p50/p95 of the rest. Also times a page of the whole log and the live-log poll. Prints a table and a JSON line.
+p50/p95 of the rest. Also times a page of the whole log, the live-log poll and a search of it all.
+Prints a table and a JSON line.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def main() -> None:
             mid_page = max(1, sum(block.count(b"\n") for block in iter(lambda: log.read(1 << 20), b"")) // 2000)
         log_page = timed(client, f"/jobs/{job.id}/log?page={mid_page}", args.requests)
         live = timed(client, f"/jobs/{job.id}/log/live?offset={args.log_mb * 500_000}", args.requests)
+        # The one FAILED line is the log's last: the search reads the whole file.
+        search = timed(client, f"/jobs/{job.id}/log/search?q=FAILED", max(3, args.requests // 3))
     figures = {
         "tests": args.tests, "log_mb": args.log_mb, "requests": args.requests, "page_kib": round(size / 1024),
         "job_page_first_ms": round(first, 1),
@@ -75,12 +78,15 @@ def main() -> None:
         "log_page_p50_ms": round(statistics.median(log_page), 1),
         "log_page_p95_ms": round(percentile(log_page, 0.95), 1),
         "live_poll_p50_ms": round(statistics.median(live), 1),
+        "log_search_p50_ms": round(statistics.median(search), 1),
+        "log_search_p95_ms": round(percentile(search, 0.95), 1),
     }
     print(f"job page, {args.tests} tests, {args.log_mb} MB log, {args.requests} requests, {figures['page_kib']} KiB")
     print(f"  first request (cold log index) {figures['job_page_first_ms']:8.1f} ms")
     print(f"  p50 / p95                      {figures['job_page_p50_ms']:8.1f} / {figures['job_page_p95_ms']} ms")
     print(f"log page (1,000 lines, mid-log)  {figures['log_page_p50_ms']:8.1f} / {figures['log_page_p95_ms']} ms")
     print(f"live-log poll (64 KiB chunk)     {figures['live_poll_p50_ms']:8.1f} ms p50")
+    print(f"log search (whole log scanned)   {figures['log_search_p50_ms']:8.1f} / {figures['log_search_p95_ms']} ms")
     print(json.dumps(figures))
 
 

@@ -6,6 +6,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 APT_PACKAGES=(redis-server git python3-venv docker.io debootstrap chromium)
 TORCH_PIN="torch==2.13.0"   # never unpinned: an unpinned torch pulls GBs of CUDA wheels
+NUMPY_PIN="numpy>=1.26"     # without it every `import torch` warns "Failed to initialize NumPy"
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
@@ -24,12 +25,13 @@ if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
 stamp=.venv/.compile-ci-installed
-want="$(sha256sum pyproject.toml | cut -c1-16) $TORCH_PIN"
+want="$(sha256sum pyproject.toml | cut -c1-16) $TORCH_PIN $NUMPY_PIN"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: pip install $TORCH_PIN and compile-ci (a few minutes the first time)"
-  .venv/bin/python -m pip install -q --disable-pip-version-check "$TORCH_PIN" 2>&1 | grep -v '^WARNING: Location' || true
+  .venv/bin/python -m pip install -q --disable-pip-version-check "$TORCH_PIN" "$NUMPY_PIN" 2>&1 | grep -v '^WARNING: Location' || true
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
-  .venv/bin/python -c "import torch, service, celery, github; assert torch.__version__.startswith('2.13.0')"
+  .venv/bin/python -W "error:Failed to initialize NumPy:UserWarning" \
+    -c "import torch, service, celery, github; assert torch.__version__.startswith('2.13.0')"
   echo "$want" > "$stamp"
 fi
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from celery import Celery
@@ -43,11 +44,37 @@ def create_celery(settings: Settings) -> Celery:
     return app
 
 
+PRESENCE_TIMEOUT_S = 0.5  # a worker busy with a job still answers (a separate thread); slower means gone
+PRESENCE_CACHE_S = 30.0
+
+
+def workers_by_queue(app: Celery, timeout: float = PRESENCE_TIMEOUT_S) -> dict[str, list[str]]:
+    """Queue -> the workers consuming it that answered within `timeout` (one broadcast); broker errors raise."""
+    replies = app.control.inspect(timeout=timeout).active_queues() or {}
+    served: dict[str, list[str]] = {}
+    for worker, queues in sorted(replies.items()):
+        for queue in queues or []:
+            served.setdefault(str(queue.get("name", "")), []).append(worker)
+    return served
+
+
 class CeleryQueue:
     """Producer side: enqueue ids only; every task re-reads the store."""
 
     def __init__(self, app: Celery) -> None:
         self._app = app
+        self._served: tuple[float, frozenset[str] | None] = (-PRESENCE_CACHE_S, None)
+
+    def served_queues(self) -> frozenset[str] | None:
+        """Queues some worker consumes now (asked at most every 30 s); None when the broker did not answer."""
+        asked_at, served = self._served
+        if time.monotonic() - asked_at >= PRESENCE_CACHE_S:
+            try:
+                served = frozenset(workers_by_queue(self._app))
+            except Exception:  # noqa: BLE001 - unknown is an answer: the caller then assumes every queue is served
+                served = None
+            self._served = (time.monotonic(), served)
+        return served
 
     def plan_run(self, run_id: str) -> None:
         self._app.send_task(PLAN_RUN, args=[run_id], queue="github")

@@ -1,4 +1,4 @@
-"""The `compile-ci` command: sandbox, web, worker, emulator, config checks, image builds and repros."""
+"""The `compile-ci` command: sandbox, web, worker, beat, image builds, config checks and repros."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     sandbox.add_argument("--dir", type=Path, help="working directory (default: a new temporary one)")
     sandbox.add_argument("--keep-running", action="store_true", help="keep the services up to browse the pages")
     web = sub.add_parser("web", help="serve the webhook and the pages with gunicorn")
-    web.add_argument("--bind", default="0.0.0.0:8000")
-    web.add_argument("--workers", type=int, default=4)
+    web.add_argument("--bind", default="0.0.0.0:8000", help="HOST:PORT to listen on (default: %(default)s)")
+    web.add_argument("--workers", type=int, default=4, help="gunicorn worker processes (default: %(default)s)")
     worker = sub.add_parser("worker", help="run a Celery worker")
     worker.add_argument("--queues", default="cpu,github", help=f"comma-separated, from {', '.join(QUEUES)}")
     worker.add_argument("--concurrency", type=int, default=1)
@@ -38,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--if-changed", action="store_true",
                        help="skip an image whose Dockerfile, sources and requirements are unchanged")
     check = sub.add_parser("check-config", help="validate a .compile-ci.toml the way the service will")
-    check.add_argument("path", type=Path, nargs="?", default=Path(".compile-ci.toml"))
+    check.add_argument("path", type=Path, nargs="?", default=Path(".compile-ci.toml"),
+                       help="the file to check (default: %(default)s in the current directory)")
     repro = sub.add_parser("repro", help="rerun a failed test of a job locally, from a clone of the repository")
     repro.add_argument("job", help="the job page URL (or a job id, with --url)")
     repro.add_argument("test", nargs="?", help="the failed test (part of its name); default: the first")
@@ -118,13 +119,30 @@ def _check_config(path: Path) -> int:
     from service.jobs.planning import builtin_suites
     from service.repo_config import parse_repo_config
 
-    text = path.read_text() if path.exists() else None
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        # A missing file is the default config for the service, but here it is most likely a typo.
+        reason = "no such file" if isinstance(exc, FileNotFoundError) else (
+            "is a directory" if path.is_dir() else exc.__class__.__name__)
+        print(f"compile-ci check-config: {path}: {reason}", file=sys.stderr)
+        return 2
     parsed = parse_repo_config(text, builtin_suites(Path(suites.__file__).parent))
     if isinstance(parsed, list):
         for problem in parsed:
-            print(problem.render(), file=sys.stderr)
+            print(f"{path}:{problem.render().split(':', 1)[1]}", file=sys.stderr)
         return 1
-    print(parsed)
+    print(f"{path}: OK")
+    print(f"  suites:  {', '.join(parsed.suites)}")
+    print(f"  devices: {', '.join(parsed.devices)}")
+    print(f"  timeout: {parsed.timeout_minutes} minutes per job")
+    if parsed.requirements:
+        print(f"  install: {', '.join(parsed.requirements)}")
+    print(f"  install the repository's own package: {'yes' if parsed.install_package else 'no'}")
+    if parsed.repo_tests:
+        print(f"  repo tests: {', '.join(parsed.repo_tests)}")
+    for kind, specs in parsed.targets.items():
+        print(f"  targets.{kind}: {', '.join(specs)}")
     return 0
 
 

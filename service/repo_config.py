@@ -86,8 +86,14 @@ def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> Repo
     package = install.get("package", True)
     if not isinstance(package, bool):
         checker.problem("install", "package", f"must be true or false, got {package!r}")
+    for key, values in (("run", run), ("devices", devices)):
+        if key in suites and not values:
+            checker.problem("suites", key, "is empty: nothing would run (leave the key out for the default)")
+        for repeated in sorted({v for v in values if values.count(v) > 1}):
+            checker.problem("suites", key, f"{repeated!r} is listed more than once")
     if problems:
-        return problems
+        # In file order, so a reader fixes them top to bottom (problems without a line first).
+        return sorted(problems, key=lambda problem: problem.line or 0)
     return RepoConfig(
         suites=tuple(dict.fromkeys(run)), devices=tuple(dict.fromkeys(devices)), requirements=tuple(requirements),
         install_package=package is not False,

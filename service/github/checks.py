@@ -157,5 +157,9 @@ def _failure_text(failures: Sequence[TestResult]) -> str:
 
 
 def _first_line(message: str) -> str:
-    line = message.strip().splitlines()[0] if message.strip() else "failed"
+    """The message's first line; one ending at a colon is joined with the next, which carries the figures."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    line = lines[0] if lines else "failed"
+    if line.endswith(":") and len(lines) > 1:
+        line = f"{line} {lines[1].removeprefix('E ').strip()}"
     return line[:200].replace("|", "\\|")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import logging
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Protocol
 
 from service.github.annotations import MAX_PER_REQUEST
 from service.github.api import GitHubApp, GoneError
 from service.github.checks import CheckRunView, render_check_run
-from service.store import Job, Run, Store
+from service.store import APPROVAL_SUITE, Job, Run, Store
+from service.store.attempts import record_finished
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +40,10 @@ def report_job(ctx: Reporter, job_id: str) -> None:
         if ctx.store.is_uninstalled(run.repo_full_name):
             log.info("report_job %s: %s is no longer installed; not reporting", job_id, run.repo_full_name)
             return
+        if job.state == "completed":
+            record_finished(ctx.store, job)  # the page of this check run outlives a re-run
         results = ctx.store.results_of(job.id, job.attempt) if job.state == "completed" else []
-        view = render_check_run(run, job, results, ctx.job_url(job.id))
+        view = render_check_run(run, job, results, attempt_url(ctx.job_url(job.id), job))
         try:
             if job.reported != "completed" and view.digest != job.reported_digest:
                 job = _send_status(ctx, run, job, view)
@@ -50,6 +54,11 @@ def report_job(ctx: Reporter, job_id: str) -> None:
             ctx.store.record_report(job_id, job.rerun if job else 0, reported="completed")
 
 
+def attempt_url(job_url: str, job: Job) -> str:
+    """Each check run's Details link opens its own attempt (1 for the first check run, 2 for the first re-run)."""
+    return f"{job_url}/attempts/{job.rerun + 1}"
+
+
 def _send_status(ctx: Reporter, run: Run, job: Job, view: CheckRunView) -> Job | None:
     """Create or PATCH the check run with the view's status and the first annotations; the updated row."""
     first = view.annotations[:MAX_PER_REQUEST] if view.status == "completed" else []
@@ -57,7 +66,14 @@ def _send_status(ctx: Reporter, run: Run, job: Job, view: CheckRunView) -> Job |
     if check_run_id is None:
         # A create GitHub applied but answered with an error has left a check run we do not know: find it.
         check_run_id = ctx.github.find_check_run(run.installation_id, run.repo_full_name, view)
-        if check_run_id is None:
+        if check_run_id is None and job.started_at is not None and job.suite != APPROVAL_SUITE:
+            # A worker took the job before its queued report went out (a re-run is queued and started at
+            # once): GitHub still shows it queued first, then where it is now.
+            queued = replace(view, status="queued", conclusion=None, title="Queued", text="", annotations=[],
+                             actions=[], summary=f"Waiting for a {job.device} runner.")
+            check_run_id = ctx.github.create_check_run(run.installation_id, run.repo_full_name, queued, [])
+            ctx.github.update_check_run(run.installation_id, run.repo_full_name, check_run_id, view, first)
+        elif check_run_id is None:
             check_run_id = ctx.github.create_check_run(run.installation_id, run.repo_full_name, view, first)
         else:
             ctx.github.update_check_run(run.installation_id, run.repo_full_name, check_run_id, view, first)

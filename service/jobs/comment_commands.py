@@ -32,8 +32,14 @@ def handle_comment(ctx: WorkerContext, request: dict[str, Any]) -> None:
     if accepted:
         ctx.github.react(installation, repo, number, request["comment_id"], ACCEPTED_REACTION)
     if problems:
-        body = "\n".join(f"- {p}" for p in problems)
-        ctx.github.comment(installation, repo, number, f"@{request['commenter']}:\n{body}\n\n{GRAMMAR}")
+        ctx.github.comment(installation, repo, number, reply(request["commenter"], problems, request["lines"]))
+
+
+def reply(commenter: str, problems: list[str], lines: list[str]) -> str:
+    """The answer to a comment with problems; the grammar only when a line was not a command we know."""
+    body = "\n".join(f"- {p}" for p in problems)
+    misspelt = any(isinstance(command, Invalid) for command in parse_comment("\n".join(lines)))
+    return f"@{commenter}:\n{body}" + (f"\n\n{GRAMMAR}" if misspelt else "")
 
 
 def _carry_out(ctx: WorkerContext, request: dict[str, Any]) -> tuple[bool, list[str]]:

@@ -29,6 +29,8 @@ class JobQueue(Protocol):
 
     def handle_comment(self, request: dict[str, Any]) -> None: ...
 
+    def served_queues(self) -> frozenset[str] | None: ...
+
 
 class Leases(Protocol):
     """Who runs a job now, and memos of what a retried task already did (service.store.claims)."""

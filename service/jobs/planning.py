@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from service.repo_config import DEVICES, RepoConfig
+from service.repo_config import CONFIG_FILE, DEVICES, RepoConfig
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,26 @@ def builtin_suites(suites_dir: Path) -> tuple[str, ...]:
     ))
 
 
+def served_devices(configured: tuple[str, ...], live_queues: frozenset[str] | None) -> tuple[str, ...]:
+    """The deployment's devices (COMPILE_CI_DEVICES) that a live worker consumes; all of them when nobody
+    could be asked or no worker answered (a deployment starting up: its jobs wait in the queue)."""
+    if live_queues is None:
+        return configured
+    return tuple(d for d in configured if d in live_queues) or configured
+
+
+def default_devices(config: RepoConfig, served: tuple[str, ...], has_file: bool) -> RepoConfig:
+    """A repository without a config file runs on the devices this deployment serves, not on every device."""
+    return config if has_file else replace(config, devices=tuple(d for d in DEVICES if d in served))
+
+
+def skip_reason(device: str, served: tuple[str, ...]) -> str:
+    return (f"Nothing ran: this repository's {CONFIG_FILE} asks for {device} ([suites] devices), but no worker "
+            f"of this deployment runs {device} jobs (it runs: {', '.join(served) or 'none'}). The check run is "
+            f"neutral so that it does not block the pull request. Start a {device} worker (`compile-ci worker "
+            f"--queues {device}`) and re-run, or leave {device} out of [suites] devices.")
+
+
 def plan_jobs(config: RepoConfig, served_devices: tuple[str, ...], max_minutes: int) -> list[PlannedJob]:
     minutes = min(config.timeout_minutes, max_minutes)
     jobs = []
@@ -32,6 +52,6 @@ def plan_jobs(config: RepoConfig, served_devices: tuple[str, ...], max_minutes: 
         for device in DEVICES:
             if device not in config.devices:
                 continue
-            skip = None if device in served_devices else f"This deployment has no {device} runner."
+            skip = None if device in served_devices else skip_reason(device, served_devices)
             jobs.append(PlannedJob(suite, device, minutes * 60, skip))
     return jobs

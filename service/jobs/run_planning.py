@@ -8,7 +8,7 @@ from service.github import reporting
 from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import Conclusion, Gate, JobState, RunState
-from service.jobs.planning import PlannedJob, builtin_suites, plan_jobs
+from service.jobs.planning import PlannedJob, builtin_suites, default_devices, plan_jobs, served_devices
 from service.repo_config import CONFIG_FILE, default_config, parse_repo_config
 from service.store import Job, Run
 
@@ -62,14 +62,17 @@ def _await_approval(ctx: WorkerContext, run: Run) -> None:
 def _plan(ctx: WorkerContext, run: Run) -> None:
     suites = builtin_suites(ctx.suites_dir)
     mirror = ctx.fetch(run)
-    parsed = parse_repo_config(ctx.checkout.read_file(mirror, run.head_sha, CONFIG_FILE), suites)
+    text = ctx.checkout.read_file(mirror, run.head_sha, CONFIG_FILE)
+    parsed = parse_repo_config(text, suites)
+    served = served_devices(ctx.settings.devices, ctx.queue.served_queues())
     config_error = None
     if isinstance(parsed, list):
         # Still one check run per default job, each saying what is wrong: the author sees the error
         # where the results would have been, and nothing runs on a config we cannot read.
         config_error = "\n".join(p.render() for p in parsed)
         parsed = default_config(suites)
-    planned = plan_jobs(parsed, ctx.settings.devices, ctx.settings.max_job_minutes)
+    parsed = default_devices(parsed, served, has_file=text is not None)
+    planned = plan_jobs(parsed, served, ctx.settings.max_job_minutes)
     lifecycle.plan(ctx.store, run, [_job_row(run, p, config_error) for p in planned], config_error)
     if run.gate == Gate.APPROVED:
         approval = lifecycle.record_approval(ctx.store, run)

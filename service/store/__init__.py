@@ -1,5 +1,6 @@
 """The store (rows and queries in SQL) and the claims (Redis): the only modules that talk to a database."""
 
+from service.store import attempts as _attempts  # noqa: F401 - its table is made with the others
 from service.store.rows import (
     APPROVAL_CHECK,
     APPROVAL_SUITE,

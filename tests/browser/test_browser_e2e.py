@@ -84,7 +84,7 @@ def test_maintainer_follows_the_details_link_of_a_private_repo_to_the_broken_com
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: dialogs.append(dialog.message))
 
-    details_url = f"{live.public_url}/jobs/{green.id}"  # a check run's Details link, opened signed out
+    details_url = f"{live.public_url}/jobs/{green.id}/attempts/1"  # a check run's Details link, opened signed out
     page.goto(details_url)
     expect = sync_api.expect
     expect(page.locator("nav")).to_contain_text("signed in as maintainer")

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import io
 import os
+import time
 import zipfile
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import redis
 import requests
+from celery.contrib.testing.worker import start_worker
 from flask.testing import FlaskClient
 
+from service.celery_app import create_celery
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.github_emulator.oauth import SESSION_COOKIE
@@ -158,9 +161,25 @@ def test_status_page_shows_queue_depth_workers_and_running_jobs(client: FlaskCli
     connection.close()
     job = seed_job(settings, store, seed_run(store), [], state="running")
     page = client.get("/status").get_data(as_text=True)
-    assert "<tr><td>cpu</td><td>3</td></tr>" in page and "<tr><td>cuda</td><td>0</td></tr>" in page
-    assert "No worker answered a ping." in page
+    assert "<tr><td>cpu</td><td>3</td>" in page and "<tr><td>cuda</td><td>0</td>" in page
+    assert "No worker answered." in page
+    assert "No worker consumes the <strong>cpu</strong> queue: cpu jobs wait" in page
+    assert "No worker consumes the <strong>github</strong> queue" in page
+    assert "none (not a device of this deployment)" in page  # cuda: COMPILE_CI_DEVICES=cpu
     assert f'<a href="/jobs/{job.id}">correctness (cpu)</a>' in page
+
+
+def test_status_page_flags_only_the_queues_no_live_worker_consumes(client: FlaskClient, settings: Settings) -> None:
+    app = create_celery(settings)
+    app.conf.worker_hijack_root_logger = False
+    with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=10):
+        start = time.monotonic()
+        page = client.get("/status").get_data(as_text=True)
+        elapsed = time.monotonic() - start
+    assert "No worker consumes the <strong>cpu</strong>" not in page
+    assert "No worker consumes the <strong>github</strong> queue: nothing is planned or reported" in page
+    assert "<tr><td>cpu</td><td>0</td>\n<td>1</td></tr>" in page
+    assert elapsed < 1.5  # one half-second broadcast
 
 
 def test_live_log_endpoint_returns_only_complete_new_lines(client: FlaskClient, settings: Settings,

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from service.web.browser import logs
+from service.web.browser import log_pages, log_search, logs
 from service.web.browser.ansi import AnsiState, line_to_html
+from tests.browser.seed import write_log
 
 
 @pytest.fixture
@@ -63,3 +64,47 @@ def test_ansi_colours_become_spans_and_text_stays_escaped() -> None:
     assert html == '<span class="ansi31 ansib">FAILED</span> &lt;script&gt;x&lt;/script&gt;'
     assert str(line_to_html("\x1b[32mPASSED", state)) == '<span class="ansi32">PASSED</span>'
     assert str(line_to_html("still green", state)) == '<span class="ansi32">still green</span>'
+
+
+@pytest.mark.usefixtures("small_blocks")
+def test_search_finds_every_matching_line_with_its_number_across_blocks(tmp_path: Path) -> None:
+    path = tmp_path / "log.txt"
+    path.write_bytes(numbered(300) + b"last line without newline X")
+    found = log_search.search(path, "LINE 1")  # either case
+    expected = [n for n in range(1, 301) if str(n).startswith("1")]
+    assert [line.number for line in found.lines] == expected and found.complete
+    assert all(str(line.html).startswith(f"line {line.number} ") for line in found.lines)
+    # A 150-byte line over two 64-byte blocks, the text in both: listed once, whole.
+    crossing = tmp_path / "crossing.log"
+    crossing.write_bytes(b"head\n" + b"needle " + b"." * 140 + b" needle\n" + b"tail needle\n")
+    found = log_search.search(crossing, "NEEDLE")
+    assert [(line.number, len(str(line.html))) for line in found.lines] == [(2, 154), (3, 11)]
+    tail = log_search.search(path, "without newline x")
+    assert [(line.number, str(line.html)) for line in tail.lines] == [(301, "last line without newline X")]
+
+
+def test_search_stops_at_the_hit_limit_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(log_search, "MAX_HITS", 5)
+    path = tmp_path / "log.txt"
+    path.write_bytes(numbered(100))
+    found = log_search.search(path, "line")
+    assert [line.number for line in found.lines] == [1, 2, 3, 4, 5] and not found.complete
+
+
+def test_search_of_a_50_mb_log_finds_its_last_line(tmp_path: Path) -> None:
+    # Its speed is a figure of bench/job_page.py (the job page's budget), not an assertion here.
+    path = tmp_path / "log.txt"
+    write_log(path, 50_000_000)
+    found = log_search.search(path, "FAILED")  # one line, the very last: the whole file is scanned
+    assert [line.number for line in found.lines] == [logs.total_lines(path)] and found.complete
+
+
+def test_pytest_sections_fold_and_the_warnings_summary_starts_folded(tmp_path: Path) -> None:
+    path = tmp_path / "log.txt"
+    path.write_bytes(b"prelude\n\x1b[1m===== test session starts =====\x1b[0m\ncollected 2 items\nt.py ..\n"
+                     b"===== warnings summary =====\nDeprecationWarning: x\n"
+                     b"===== short test summary info =====\nFAILED t.py::test_a\n")
+    sections = log_pages.sections(logs.page(path, 1))
+    assert [(s.title, [line.number for line in s.lines], s.folded) for s in sections] == [
+        ("", [1], False), ("test session starts", [3, 4], False), ("warnings summary", [6], True),
+        ("short test summary info", [8], False)]

@@ -144,7 +144,8 @@ def test_an_untrusted_pull_request_runs_nothing_until_ok_to_test(
     untrusted = {"pr_author": "eve", "pr_association": "FIRST_TIME_CONTRIBUTOR"}
     comment(settings, 7, "/ok-to-test", "eve", 71, **untrusted)  # the author cannot approve themselves
     (refusal,) = wait_for(lambda: emulator.comments)
-    assert "@eve has no access" in refusal["body"] and "`/rerun failed`" in refusal["body"]
+    assert "@eve has no access" in refusal["body"]
+    assert "`/rerun failed`" not in refusal["body"]  # a well-formed command: no grammar lesson
     assert len(runs_at(emulator, sha)) == 1 and emulator.reactions == []
 
     comment(settings, 7, "Looks safe to me.\n/ok-to-test", "maria", 72, **untrusted)
@@ -171,6 +172,7 @@ def test_rerun_cuda_needs_write_access(settings: Settings, repo: Path, worker: N
     comment(settings, 8, "/rerun cuda", "rita", 81)
     (refusal,) = wait_for(lambda: emulator.comments)
     assert "@rita has read access" in refusal["body"] and "write access" in refusal["body"]
+    assert "Commands (one per line" not in refusal["body"]  # the syntax was right: no grammar lesson
 
     comment(settings, 8, "> /rerun cuda\n/rerun cuda", "maria", 82)
     runs = wait_for(lambda: settled(emulator, sha, 3))

@@ -54,7 +54,7 @@ def test_job_page_shows_failures_first_escaped(client: FlaskClient, job: Job) ->
 
 def test_test_page_highlights_generated_code(client: FlaskClient, job: Job) -> None:
     page = client.get(f"/jobs/{job.id}/tests/{sanitise_nodeid(EVIL)}").get_data(as_text=True)
-    assert "compile_time_s" in page and "1.5" in page
+    assert "<th>compile time</th><td class=\"num\">1.50 s</td>" in page and "compile_time_s" not in page
     assert "&lt;b&gt;kernel&lt;/b&gt;" in page and "<b>kernel</b>" not in page
     assert 'class="code"' in page
 

@@ -168,3 +168,32 @@ def test_infrastructure_error_is_retried_once_then_reported_as_not_the_prs_fault
     assert "runner image missing" in check_run["output"]["summary"] + (check_run["output"].get("text") or "")
     job = Store(broken.database_url).get_job(job_id_of_external(check_run["external_id"]))
     assert job is not None and job.infra_failures == 1 and job.attempt == 2, job
+
+
+def test_without_config_a_repository_runs_on_the_devices_with_live_workers(
+    settings: Settings, repo: Path, suites_dir: Path, emulator: GitHubEmulator
+) -> None:
+    # COMPILE_CI_DEVICES names cuda too, but only a cpu worker runs (the sandbox's and many first deployments').
+    both = dataclasses.replace(settings, devices=("cpu", "cuda"))
+    emulator.add_repo(FULL_NAME)
+    emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
+    app = create_worker_celery(both, suites_dir=suites_dir)
+    with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, shutdown_timeout=30,
+                      queues=["cpu", "github"]):
+        import subprocess
+
+        subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "noconfig", "main"], check=True)
+        subprocess.run(["git", "-C", str(repo), "rm", "-q", ".compile-ci.toml"], check=True)
+        sha = commit_file(repo, "noconfig", "notes.md", "no config here\n", "drop the config")
+        open_pr(both, 6, sha, "noconfig")
+        (check_run,) = await_check_runs(emulator, sha, 1)
+        assert (check_run["name"], check_run["conclusion"]) == ("correctness (cpu)", "success")
+
+        asked = commit_file(repo, "asks-cuda", ".compile-ci.toml", '[suites]\ndevices = ["cpu", "cuda"]\n', "cuda")
+        open_pr(both, 7, asked, "asks-cuda")
+        _cpu, cuda = await_check_runs(emulator, asked, 2)
+    assert (cuda["name"], cuda["conclusion"]) == ("correctness (cuda)", "neutral")
+    client = create_app(both).test_client()
+    page = client.get(cuda["details_url"].removeprefix(both.public_url)).get_data(as_text=True)
+    assert "asks for cuda ([suites] devices), but no worker of this deployment runs cuda jobs" in page
+    assert "never ran" in page and "download.zip" not in page  # no link to a zip that cannot exist

@@ -14,9 +14,11 @@ from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.stack import INSTALLATION_ID
 from service.github import reporting
 from service.github.api import GoneError, TransientGitHubError
+from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
 from service.jobs.tasks import build_context
 from service.store import Job, NewRun, TestRecord, utcnow
+from service.store.attempts import attempts_of
 from tests.rows import force_job
 
 REPO = "octo/faults"
@@ -120,3 +122,20 @@ def test_a_completed_check_run_is_never_moved_back(ctx: WorkerContext, emulator:
 def test_gone_error_is_what_404_means(ctx: WorkerContext) -> None:
     with pytest.raises(GoneError):
         ctx.github.pull_request(INSTALLATION_ID, REPO, 404)
+
+
+def test_a_rerun_started_before_its_first_report_still_shows_queued_first(ctx: WorkerContext,
+                                                                          emulator: GitHubEmulator) -> None:
+    job = _job(ctx, state="completed", conclusion="cancelled", finished_at=utcnow())
+    reporting.report_job(ctx, job.id)
+    rerun = lifecycle.rerun(ctx.store, job.id)
+    assert rerun is not None
+    assert lifecycle.start(ctx.store, job.id, "worker-1")  # the worker won the race with the report
+    reporting.report_job(ctx, job.id)
+    first, second = emulator.check_runs(REPO)
+    assert [s for s, _ in second["history"]] == ["queued", "in_progress"]
+    # Each check run's Details link opens its own attempt, and keeps doing so after the re-run.
+    assert first["details_url"].endswith(f"/jobs/{job.id}/attempts/1")
+    assert second["details_url"].endswith(f"/jobs/{job.id}/attempts/2")
+    (record,) = attempts_of(ctx.store, job.id)
+    assert (record.rerun, record.conclusion) == (0, "cancelled")

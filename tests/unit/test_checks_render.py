@@ -51,3 +51,12 @@ def test_truncate_keeps_short_text() -> None:
     assert truncate("short", 10, "http://x") == "short"
     cut = truncate("a" * 100, 60, "http://x")
     assert len(cut) == 60 and cut.endswith("http://x")
+
+
+def test_failing_test_bullet_keeps_the_figures_after_a_colon() -> None:
+    results = [TestResult(nodeid="t.py::test_scale", outcome="failed",
+                          message="AssertionError: compiled result differs from eager beyond tolerance:\n"
+                                  "max abs diff 0.5 at index (0, 3)\nmore")]
+    view = render_check_run(_run(), _job(state="completed", conclusion="failure", failed=1), results, URL)
+    assert ("- `t.py::test_scale`: AssertionError: compiled result differs from eager beyond tolerance: "
+            "max abs diff 0.5 at index (0, 3)") in view.summary

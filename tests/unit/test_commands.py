@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from service.github.commands import Command, Invalid, parse_comment, select_jobs
+from service.github.commands import GRAMMAR, Command, Invalid, parse_comment, select_jobs
 
 
 def _summary(body: str) -> list[tuple[str, ...]]:
@@ -95,3 +95,12 @@ def test_which_jobs_a_rerun_selects(line: str, chosen: list[str]) -> None:
     (command,) = parse_comment(line)
     assert isinstance(command, Command)
     assert [j.name for j in select_jobs(command, JOBS)] == chosen
+
+
+def test_a_reply_shows_the_grammar_only_after_a_misspelt_command() -> None:
+    from service.jobs.comment_commands import reply
+
+    refused = reply("maria", ["`/rerun cuda`: correctness (cuda) not re-run: no cuda runner."], ["/rerun cuda"])
+    assert refused.startswith("@maria:\n- `/rerun cuda`") and "Commands (one per line" not in refused
+    misspelt = reply("maria", ["`/rerun sideways`: no such suite."], ["/rerun cpu", "/rerun cpu gpu x"])
+    assert misspelt.endswith(GRAMMAR)

@@ -57,9 +57,17 @@ def test_repo_tests_add_the_repo_suite_to_the_default_run() -> None:
             '[suites]\nrun = ["nope"]\n[targets]\nmodels = [1]\n',
             [".compile-ci.toml:2: [suites] run: unknown value 'nope'", ".compile-ci.toml:4: [targets] models: must be"],
         ),
+        ("[suites]\ndevices = []", [".compile-ci.toml:2: [suites] devices: is empty"]),
+        ('[suites]\nrun = ["freezing", "freezing"]', [".compile-ci.toml:2: [suites] run: 'freezing' is listed more"]),
+        (
+            '[targets]\nmodels = ["a.b"]\n[suites]\nrun = ["nope"]\n[install]\ncommand = 1\n',
+            [".compile-ci.toml:2: [targets] models", ".compile-ci.toml:4: [suites] run",
+             ".compile-ci.toml:6: [install]"],
+        ),
     ],
     ids=["toml-syntax", "unknown-suite", "devices-not-list", "unknown-device", "zero-timeout", "repo-without-tests",
-         "bad-target-spec", "unknown-key", "install-not-table", "several-problems-at-once"],
+         "bad-target-spec", "unknown-key", "install-not-table", "several-problems-at-once",
+         "no-devices", "duplicate-suite", "sorted-by-line"],
 )
 def test_problems_name_file_line_and_what_is_wrong(text: str, expected: list[str]) -> None:
     problems = parse_repo_config(text, BUILTIN)

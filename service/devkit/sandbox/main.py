@@ -72,14 +72,36 @@ def open_sample_pull_requests(
             installation_id=INSTALLATION_ID, number=number, head_sha=sha, head_ref=branch, base_sha=repo.base_sha,
         )
         status, answer = post_webhook(stack, "pull_request", payload)
-        print(f"  POST /webhook pull_request.opened PR #{number} -> {status} {answer.get('messages')}")
+        print(f"  POST /webhook pull_request.opened PR #{number} -> {status} {answer.get('messages')}", flush=True)
     return repo, pulls
 
 
-def wait_for_check_runs(stack: Stack, count: int, timeout_s: float) -> list[dict[str, Any]]:
+class Progress:
+    """One line per change of a check run (status, conclusion or title), so minutes of jobs are not silence."""
+
+    def __init__(self, pulls: dict[str, int], started: float) -> None:
+        self.pulls = pulls
+        self.started = started
+        self.seen: dict[int, tuple[str, str, str]] = {}
+
+    def show(self, check_runs: list[dict[str, Any]]) -> None:
+        for run in sorted(check_runs, key=lambda r: r["id"]):
+            now = (run["status"], run["conclusion"] or "", run["output"].get("title") or "")
+            if self.seen.get(run["id"]) == now:
+                continue
+            self.seen[run["id"]] = now
+            where = f"PR #{self.pulls.get(run['head_sha'], '?')}  {run['name']:<22}"
+            print(f"  [{time.monotonic() - self.started:4.0f} s] {where} {now[1] or now[0]:<11} {now[2]}",
+                  flush=True)
+
+
+def wait_for_check_runs(stack: Stack, count: int, timeout_s: float,
+                        progress: Progress | None = None) -> list[dict[str, Any]]:
     def all_completed() -> bool:
         stack.check_alive()
         runs = stack.emulator.check_runs(FULL_NAME)
+        if progress is not None:
+            progress.show(runs)
         return len(runs) >= count and all(r["status"] == "completed" for r in runs)
 
     wait_until(all_completed, timeout_s, "the check runs to complete")
@@ -89,11 +111,12 @@ def wait_for_check_runs(stack: Stack, count: int, timeout_s: float) -> list[dict
 def run_sandbox(root: Path | None = None, keep_running: bool = False, timeout_s: float = 900.0) -> int:
     root = root or Path(tempfile.mkdtemp(prefix="compile-ci-sandbox-"))
     started = time.monotonic()
-    print(f"compile-ci sandbox in {root}")
+    print(f"compile-ci sandbox in {root}", flush=True)
     with Stack(root) as stack:
         print(f"  web service  {stack.web_url}\n  GitHub emulator  {stack.emulator.url}\n  redis  {stack.redis_url}")
         repo, pulls = open_sample_pull_requests(stack)
-        check_runs = wait_for_check_runs(stack, CHECK_RUNS, timeout_s)
+        print("\nCheck runs as they change:", flush=True)
+        check_runs = wait_for_check_runs(stack, CHECK_RUNS, timeout_s, Progress(pulls, started))
         print("\nCheck runs on GitHub (emulated):")
         print_check_runs(check_runs, pulls)
         ok = _as_expected(check_runs, repo.good_sha, repo.buggy_sha) and not stack.emulator.errors
@@ -102,7 +125,7 @@ def run_sandbox(root: Path | None = None, keep_running: bool = False, timeout_s:
         print(f"\n{'OK' if ok else 'UNEXPECTED'}: PR #1 passes (suites, own tests), PR #2 fails on its buggy model "
               f"({time.monotonic() - started:.0f} s). Logs of every process are in {root}.")
         if keep_running:
-            print(f"Browse {stack.web_url}/ ; Ctrl-C stops everything.")
+            print(f"Browse {stack.web_url}/ ; Ctrl-C (or SIGTERM, SIGHUP) stops everything.", flush=True)
             try:
                 while True:
                     time.sleep(3600)

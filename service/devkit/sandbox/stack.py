@@ -9,8 +9,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -20,6 +22,13 @@ from service.store import Store
 
 APP_ID = 424242
 INSTALLATION_ID = 4242
+# The signals that end a sandbox: each unwinds `with Stack(...)`, whose stop() ends every process it started
+# (they run in sessions of their own, so nothing else would). SIGINT already raises KeyboardInterrupt.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _stop_by_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def free_port() -> int:
@@ -65,6 +74,7 @@ class Stack:
         self.commands: dict[str, list[str]] = {}
         self.redis_url = ""
         self.web_url = ""
+        self._previous_handlers: dict[int, Any] = {}
 
     def env(self) -> dict[str, str]:
         key_file = self.root / "app-key.pem"
@@ -161,7 +171,26 @@ class Stack:
                 tail = (self.root / f"{name}.log").read_text(errors="replace")[-3000:]
                 raise RuntimeError(f"{name} exited with code {proc.returncode}; end of its log:\n{tail}")
 
+    def _catch_signals(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for number in STOP_SIGNALS:
+                self._previous_handlers[number] = signal.signal(number, _stop_by_signal)
+
     def stop(self) -> None:
+        # A second signal while stopping (an impatient Ctrl-C) must not leave half of the stack behind.
+        if threading.current_thread() is threading.main_thread():
+            for number in (*STOP_SIGNALS, signal.SIGINT):
+                previous = signal.signal(number, signal.SIG_IGN)
+                self._previous_handlers.setdefault(number, previous)
+        try:
+            self._stop_processes()
+        finally:
+            for number, handler in self._previous_handlers.items():
+                if threading.current_thread() is threading.main_thread():
+                    signal.signal(number, handler)
+            self._previous_handlers.clear()
+
+    def _stop_processes(self) -> None:
         for _name, proc in reversed(self.procs):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -175,7 +204,12 @@ class Stack:
         self.emulator.stop()
 
     def __enter__(self) -> Stack:
-        return self.start()
+        self._catch_signals()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

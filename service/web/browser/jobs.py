@@ -1,4 +1,4 @@
-"""A job: its tests (failures first), the log (tail, pages with line anchors, live chunks), files and zip."""
+"""A job's attempt: its tests (failures first), the log's tail, files and zip; the other attempts listed."""
 
 from __future__ import annotations
 
@@ -9,19 +9,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flask import Blueprint, Response, abort, jsonify, redirect, render_template, request, send_from_directory
+from flask import Blueprint, Response, abort, render_template, send_from_directory
 from markupsafe import Markup, escape
 
-from service.store import Job
-from service.web.browser import logs, queries
+from service.web.browser import logs, metrics_view, queries
+from service.web.browser.attempts import AttemptView, load_attempt
 from service.web.browser.export import zip_chunks
-from service.web.browser.lookup import contained_file, load_job, wiring
+from service.web.browser.lookup import contained_file, wiring
 from suites.naming import sanitise_nodeid
 
 blueprint = Blueprint("jobs", __name__)
 TAIL_BYTES = 64 * 1024
 ROW_CACHE_JOBS = 16
-LIVE_CHUNK_BYTES = 64 * 1024
 SHOWN_METRICS = ("compile_time_s", "graphs", "graph_breaks", "recompiles", "kernels_generated")
 
 
@@ -40,18 +39,18 @@ class TestRow:
         return self.result.outcome in ("failed", "error")
 
 
-def _row_html(job_id: str, result: queries.ResultRow, name: str, graphs: int, repro: bool,
+def _row_html(base: str, result: queries.ResultRow, name: str, graphs: int, repro: bool,
               metrics: dict[str, Any]) -> Markup:
     # f-strings over escape(): Markup.format costs ~4x more, which thousands of rows feel.
-    cells = "".join(f"<td>{escape(metrics.get(key, ''))}</td>" for key in SHOWN_METRICS)
-    link = (f'<a href="/jobs/{job_id}/tests/{name}">{graphs} graph{"" if graphs == 1 else "s"}'
-            f'{", repro" if repro else ""}</a>') if name else ""  # job_id and name match safe patterns
+    cells = "".join(f"<td>{metrics_view.cell(key, metrics)}</td>" for key in SHOWN_METRICS)
+    link = (f'<a href="{base}/tests/{name}">{graphs} graph{"" if graphs == 1 else "s"}'
+            f'{", repro" if repro else ""}</a>') if name else ""  # base and name match safe patterns
     outcome = escape(result.outcome)
     return Markup(f'<tr><td><code>{escape(result.nodeid)}</code></td><td class="{outcome}">{outcome}</td>'
                   f"<td>{result.duration_s:.2f} s</td>{cells}<td>{link}</td></tr>\n")
 
 
-def _rows(job_id: str, results: list[queries.ResultRow], files: list[tuple[str, int]],
+def _rows(base: str, results: list[queries.ResultRow], files: list[tuple[str, int]],
           directory: Path) -> list[TestRow]:
     per_test: dict[str, list[str]] = {}
     for path, _size in files:
@@ -66,7 +65,7 @@ def _rows(job_id: str, results: list[queries.ResultRow], files: list[tuple[str, 
         metrics = result.metrics or (read_metrics(directory / "tests" / name) if "metrics.json" in found else {})
         graphs, repro = sum(f.startswith("output_code_") for f in found), "repro.py" in found
         name = name if found else ""
-        html = _row_html(job_id, result, name, graphs, repro, metrics)
+        html = _row_html(base, result, name, graphs, repro, metrics)
         rows.append(TestRow(result, name, graphs, repro, metrics, html))
     rows.sort(key=lambda row: (not row.failing, row.result.nodeid))
     return rows
@@ -76,16 +75,16 @@ _completed_rows: OrderedDict[str, list[TestRow]] = OrderedDict()
 _completed_lock = threading.Lock()
 
 
-def test_rows(job: Job, directory: Path) -> list[TestRow]:
+def test_rows(job: AttemptView, directory: Path) -> list[TestRow]:
     """A completed attempt never changes, so its rows (thousands of metrics files read) are built once."""
-    key = str(directory)  # the attempt's own directory: unique per deployment, job and attempt
+    key = f"{directory}|{job.base}"  # the attempt's own directory (unique per deployment, job and attempt)
     with _completed_lock:
         if key in _completed_rows:
             _completed_rows.move_to_end(key)
             return _completed_rows[key]
     store = wiring().store
     results = queries.results_of(store, job.id, job.attempt)
-    rows = _rows(job.id, results, queries.artifact_files(store, job.id, job.attempt), directory)
+    rows = _rows(job.base, results, queries.artifact_files(store, job.id, job.attempt), directory)
     if job.state == "completed":
         with _completed_lock:
             _completed_rows[key] = rows
@@ -117,64 +116,40 @@ def _tree(files: list[tuple[str, int]], per_test: bool) -> dict[str, Any]:
 
 
 @blueprint.get("/jobs/<job_id>")
-def job_page(job_id: str) -> str:
-    run, job, directory = load_job(job_id)
-    files = queries.artifact_files(wiring().store, job.id, job.attempt, per_test=False)
-    rows = test_rows(job, directory)
+@blueprint.get("/jobs/<job_id>/attempts/<int:number>")
+def job_page(job_id: str, number: int | None = None) -> str:
+    run, job, directory, attempts = load_attempt(job_id, number)
+    files = queries.artifact_files(wiring().store, job.id, job.attempt, per_test=False) if job.ran else []
+    rows = test_rows(job, directory) if job.ran else []
     log_path = directory / "log.txt"
     log_lines, log_offset, log_cut, pages = [], 0, False, 1
-    if log_path.is_file():
+    if job.ran and log_path.is_file():
         log_lines, log_offset, log_cut = logs.tail(log_path, TAIL_BYTES)
         pages = logs.page_count(log_path)
     return render_template(
-        "job.html", run=run, job=job, rows=rows, table=Markup("").join(row.html for row in rows),
+        "job.html", run=run, job=job, attempts=attempts, rows=rows, table=Markup("").join(row.html for row in rows),
         failing=[r for r in rows if r.failing], tree=_tree(files, False),
-        test_dirs=sum(1 for r in rows if r.name),
+        test_dirs=sum(1 for r in rows if r.name), has_files=job.ran and directory.is_dir(),
         log_lines=log_lines, log_offset=log_offset, log_cut=log_cut, log_pages=pages,
-        has_log=log_path.is_file(), shown_metrics=SHOWN_METRICS, lines_per_page=logs.LINES_PER_PAGE,
+        has_log=job.ran and log_path.is_file(), shown_metrics=[metrics_view.label(m) for m in SHOWN_METRICS],
+        lines_per_page=logs.LINES_PER_PAGE,
     )
 
 
 @blueprint.get("/jobs/<job_id>/artifacts")
-def artifacts_page(job_id: str) -> str:
-    run, job, _directory = load_job(job_id)
-    files = queries.artifact_files(wiring().store, job.id, job.attempt)
+@blueprint.get("/jobs/<job_id>/attempts/<int:number>/artifacts")
+def artifacts_page(job_id: str, number: int | None = None) -> str:
+    run, job, _directory, _attempts = load_attempt(job_id, number)
+    files = queries.artifact_files(wiring().store, job.id, job.attempt) if job.ran else []
     return render_template("artifacts.html", run=run, job=job, tree=_tree(files, True), artifact_count=len(files))
 
 
-@blueprint.get("/jobs/<job_id>/log")
-def log_page(job_id: str) -> Response | str:
-    run, job, directory = load_job(job_id)
-    path = directory / "log.txt"
-    if not path.is_file():
-        abort(404)
-    pages = logs.page_count(path)
-    line = request.args.get("line", "")
-    if line.isdigit():  # /log?line=N: the page holding line N, scrolled to it
-        number = max(1, int(line))
-        return redirect(f"/jobs/{job.id}/log?page={(number - 1) // logs.LINES_PER_PAGE + 1}#L{number}")
-    raw = request.args.get("page", "")
-    number = min(int(raw), pages) if raw.isdigit() and int(raw) > 0 else pages
-    return render_template("log.html", run=run, job=job, lines=logs.page(path, number), page=number, pages=pages)
-
-
-@blueprint.get("/jobs/<job_id>/log/live")
-def log_live(job_id: str) -> Response:
-    """Lines written since `offset`, rendered; the page appends them until the job completes."""
-    _run, job, directory = load_job(job_id)
-    path = directory / "log.txt"
-    raw = request.args.get("offset", "0")
-    offset = int(raw) if raw.isdigit() else 0
-    finished = job.state == "completed"
-    lines, next_offset = logs.chunk_from(path, offset, LIVE_CHUNK_BYTES, finished) if path.is_file() else ([], 0)
-    html = render_template("log_lines.html", lines=lines, line_base=f"/jobs/{job.id}/log?line=")
-    more = next_offset < path.stat().st_size if path.is_file() else False
-    return jsonify(html=html, offset=next_offset, state=job.state, conclusion=job.conclusion, more=more)
-
-
 @blueprint.get("/jobs/<job_id>/files/<path:relative>")
-def job_file(job_id: str, relative: str) -> Response:
-    _run, _job, directory = load_job(job_id)
+@blueprint.get("/jobs/<job_id>/attempts/<int:number>/files/<path:relative>")
+def job_file(job_id: str, relative: str, number: int | None = None) -> Response:
+    _run, job, directory, _attempts = load_attempt(job_id, number)
+    if not job.ran:
+        abort(404)
     contained_file(directory, relative)
     # Served as text whatever the name (a runner could write .html); nosniff keeps browsers from guessing.
     response = send_from_directory(directory, relative, mimetype="text/plain")
@@ -183,9 +158,10 @@ def job_file(job_id: str, relative: str) -> Response:
 
 
 @blueprint.get("/jobs/<job_id>/download.zip")
-def job_zip(job_id: str) -> Response:
-    _run, job, directory = load_job(job_id)
-    if not directory.is_dir():
+@blueprint.get("/jobs/<job_id>/attempts/<int:number>/download.zip")
+def job_zip(job_id: str, number: int | None = None) -> Response:
+    _run, job, directory, _attempts = load_attempt(job_id, number)
+    if not job.ran or not directory.is_dir():
         abort(404)
     top = f"{job.id}-attempt{job.attempt}"
     return Response(zip_chunks(directory, top), mimetype="application/zip",

@@ -1,4 +1,5 @@
-"""The status page: queue depth per Celery queue, workers answering a ping, jobs running now."""
+"""The status page: queue depth per Celery queue and who consumes it (a queue no worker serves is flagged: its
+jobs wait forever), workers online, jobs running now. One broadcast of half a second, as a ping cost before."""
 
 from __future__ import annotations
 
@@ -8,12 +9,11 @@ from celery import Celery
 from flask import Blueprint, current_app, render_template
 from redis.exceptions import RedisError
 
-from service.celery_app import QUEUES, create_celery
+from service.celery_app import QUEUES, create_celery, workers_by_queue
 from service.web.browser import queries
 from service.web.browser.access import can_read, wiring
 
 blueprint = Blueprint("status", __name__)
-PING_TIMEOUT_S = 0.5  # a worker busy with a job still answers pings (a separate thread); slower means gone
 
 
 def _celery() -> Celery:
@@ -30,14 +30,18 @@ def status() -> str:
         depths: dict[str, int | None] = dict(wiring().claims.queue_depths(QUEUES))
     except RedisError as exc:
         depths, problems = dict.fromkeys(QUEUES), [f"Redis unreachable: {exc.__class__.__name__}"]
-    workers: list[str] = []
+    served: dict[str, list[str]] | None = None
     if not problems:
         try:
-            replies = _celery().control.ping(timeout=PING_TIMEOUT_S) or []
-            workers = sorted(name for reply in replies for name in reply)
+            served = workers_by_queue(_celery())
         except Exception as exc:  # noqa: BLE001 - a broker hiccup must not take the status page down
-            problems.append(f"worker ping failed: {exc.__class__.__name__}")
+            problems.append(f"asking the workers failed: {exc.__class__.__name__}")
+    workers = sorted({w for names in (served or {}).values() for w in names})
+    devices = wiring().settings.devices
+    # Unserved: a queue this deployment sends work to (its devices, and github) that no worker consumes.
+    unserved = [q for q in QUEUES if served is not None and not served.get(q) and (q in devices or q == "github")]
     running = queries.running_jobs(wiring().store)
     shown = [(job, run) for job, run in running if not run.private or can_read(run)]
-    return render_template("status.html", depths=depths, workers=workers, running=shown,
+    return render_template("status.html", depths=depths, workers=workers, served=served, unserved=unserved,
+                           devices=devices, running=shown,
                            hidden=len(running) - len(shown), problems=problems)

@@ -10,10 +10,11 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
-from service.store import Job, Run
-from service.web.browser import charts, queries
+from service.store import Run
+from service.web.browser import charts, metrics_view, queries
+from service.web.browser.attempts import AttemptView, load_attempt
 from service.web.browser.jobs import read_metrics
-from service.web.browser.lookup import load_job, test_dir, wiring
+from service.web.browser.lookup import test_dir, wiring
 from suites.naming import sanitise_nodeid
 
 blueprint = Blueprint("testcase", __name__)
@@ -36,7 +37,7 @@ def _highlighted(path: Path, formatter: HtmlFormatter) -> tuple[Markup, bool]:
     return Markup(highlight(shown[:CODE_INLINE_LIMIT], PythonLexer(), formatter)), cut
 
 
-def _history_chart(run: Run, job: Job, nodeid: str) -> tuple[Markup, int]:
+def _history_chart(run: Run, job: AttemptView, nodeid: str) -> tuple[Markup, int]:
     points = queries.history_of_test(wiring().store, run, job, nodeid)
     compile_times: list[float | None] = []
     for point in points:
@@ -45,23 +46,29 @@ def _history_chart(run: Run, job: Job, nodeid: str) -> tuple[Markup, int]:
         compile_times.append(float(value) if isinstance(value, int | float) else None)
     labels = [f"{p.head_sha[:8]} {p.created_at:%Y-%m-%d %H:%M} {p.outcome}" for p in points]
     series = [charts.Series("duration", [p.duration_s for p in points]), charts.Series("compile time", compile_times)]
-    return charts.line_chart(labels, series), len(points)
+    return charts.line_chart(labels, series, x_label="runs of this test, oldest to newest"), len(points)
 
 
 @blueprint.get("/jobs/<job_id>/tests/<name>")
-def test_page(job_id: str, name: str) -> str:
-    run, job, directory = load_job(job_id)
+@blueprint.get("/jobs/<job_id>/attempts/<int:number>/tests/<name>")
+def test_page(job_id: str, name: str, number: int | None = None) -> str:
+    run, job, directory, _attempts = load_attempt(job_id, number)
     folder = test_dir(directory, name)
     metrics = read_metrics(folder)
+    results = queries.results_of(wiring().store, job.id, job.attempt)
     nodeid = str(metrics.get("nodeid") or "")
     if not nodeid:  # an older artifact without metrics: find the node id among the job's results
-        results = wiring().store.results_of(job.id, job.attempt)
         nodeid = next((r.nodeid for r in results if sanitise_nodeid(r.nodeid) == name), name)
+    result = next((r for r in results if r.nodeid == nodeid), None)
+    outcome = result.outcome if result else str(metrics.get("outcome") or "")
+    failure = (result.details or result.message) if result and outcome in ("failed", "error") else ""
     formatter = HtmlFormatter(linenos="table", cssclass="code")
     codes = [(path.name, *_highlighted(path, formatter)) for path in _code_files(folder)]
     repro_path = folder / "repro.py"
     repro = repro_path.read_text(errors="replace")[:CODE_INLINE_LIMIT] if repro_path.is_file() else ""
     chart, points = _history_chart(run, job, nodeid)
-    return render_template("test.html", run=run, job=job, name=name, nodeid=nodeid, metrics=metrics, codes=codes,
+    return render_template("test.html", run=run, job=job, name=name, nodeid=nodeid, codes=codes, outcome=outcome,
+                           metrics=metrics_view.rows({k: v for k, v in metrics.items() if k != "outcome"}),
+                           failure=failure,
                            repro=repro, chart=chart, points=points,
                            pygments_css=Markup(formatter.get_style_defs(".code")))

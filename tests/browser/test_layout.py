@@ -1,0 +1,138 @@
+"""What a maintainer sees in headless Chromium at a desktop (1280 px) and a phone (390 px) width: no page wider
+than the screen, long messages wrapped, wide tables scrolling in their own box; the log viewer's folding, ranges
+and search; each attempt's own page. Screenshots land in var/test-artifacts/screenshots/ (the README's)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from playwright import sync_api
+
+from service.config import Settings
+from service.store import Store, utcnow
+from service.store.attempts import record_finished
+from tests.browser.seed import SeededTest, seed_job, seed_run
+from tests.browser.test_browser_e2e import ARGS, CHROMIUM, shoot
+from tests.rows import force_job
+
+pytest_plugins = ["tests.browser.test_browser_e2e"]  # the `live` server fixture
+LONG = "correctness/test_correctness.py::test_declared_model[" + "very_long_parametrisation_" * 8 + "]"
+UNBROKEN = "E       AssertionError: tensors differ: " + "0.123456789," * 60  # no space for 700 characters
+WIDTHS = [1280, 390]
+
+
+@pytest.fixture
+def chromium(tmp_path: Path) -> Iterator[sync_api.Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail("chromium is required (apt-get install chromium)")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield browser
+        browser.close()
+
+
+def page_at(browser: sync_api.Browser, width: int) -> sync_api.Page:
+    return browser.new_page(viewport={"width": width, "height": 900})
+
+
+def overflow(page: sync_api.Page) -> int:
+    """How many pixels the page is wider than the window (0: no horizontal page scroll)."""
+    return int(page.evaluate("document.documentElement.scrollWidth - window.innerWidth"))
+
+
+def seeded(live: Settings) -> tuple[Store, str, str]:
+    store = Store(live.database_url)
+    run = seed_run(store, repo="octo/layout", pr=5)
+    job = seed_job(live, store, run, [SeededTest(LONG, "failed", 2.1, 1.4567), SeededTest("t.py::test_ok")],
+                   log_bytes=200_000)
+    with store.session() as s:  # a message with figures in one long unbreakable run
+        from service.store import TestResult
+        for row in s.query(TestResult).filter(TestResult.job_id == job.id, TestResult.outcome == "failed"):
+            row.details = (row.details or "") + UNBROKEN
+    return store, run.id, job.id
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_job_and_test_pages_fit_the_screen(live: Settings, chromium: sync_api.Browser, width: int) -> None:
+    _store, _run_id, job_id = seeded(live)
+    page = page_at(chromium, width)
+    page.goto(f"{live.public_url}/jobs/{job_id}")
+    sync_api.expect(page.locator("#failing")).to_have_text("Failing tests (1)")
+    assert overflow(page) <= 0
+    wrapped = page.locator(".traceback").first
+    assert wrapped.evaluate("e => e.scrollWidth <= e.clientWidth"), "the failure message is cut at the right edge"
+    assert "0.123456789," * 60 in wrapped.inner_text().replace("\n", "")
+    box = page.locator("#test-table").locator("xpath=..")
+    assert box.evaluate("e => getComputedStyle(e).overflowX") == "auto"
+    if width == 390:
+        assert box.evaluate("e => e.scrollWidth > e.clientWidth"), "the table scrolls inside its box"
+    cells = page.locator("#test-table tr").nth(1).locator("td")
+    assert cells.nth(3).inner_text() == "1.46 s"  # compile time with its unit, two decimals
+    shoot(page, f"job-page-{width}")
+
+    page.locator(".failing-test a.test-link").click()
+    sync_api.expect(page.locator("#failure")).to_contain_text("beyond tolerance")  # why it failed
+    assert overflow(page) <= 0
+    metrics = page.locator("#metrics").inner_text()
+    assert "compile time\t1.46 s" in metrics and "duration_s" not in metrics
+    sync_api.expect(page.locator(".chart-words")).to_contain_text("Only one run so far")  # no one-dot chart
+    shoot(page, f"test-page-{width}")
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_log_viewer_lines_sections_ranges_and_search(live: Settings, chromium: sync_api.Browser, width: int) -> None:
+    store = Store(live.database_url)
+    run = seed_run(store, repo="octo/logs", pr=6)
+    job = seed_job(live, store, run, [SeededTest("t.py::test_ok")])
+    log = live.artifacts_dir / run.id / job.id / "1" / "log.txt"
+    body = ["===== test session starts =====", "collected 40 items", *[f"t.py::test_{i} PASSED" for i in range(40)],
+            "===== warnings summary =====", *[f"DeprecationWarning {i}" for i in range(30)],
+            "===== short test summary info =====", "FAILED t.py::test_7 - " + "x" * 400, "===== 1 failed ====="]
+    log.write_text("\n".join(body) + "\n")
+    page = page_at(chromium, width)
+    page.goto(f"{live.public_url}/jobs/{job.id}/log?page=1#L10-L20")
+    selected = page.locator("#log .l.sel")
+    sync_api.expect(selected).to_have_count(11)
+    assert overflow(page) <= 0
+    one, two = (page.locator(f"#L{n}").bounding_box() for n in (3, 4))
+    assert one and two and abs((two["y"] - one["y"]) - one["height"]) < 1  # no blank line between log lines
+    assert one["height"] < 30
+
+    warnings = page.locator("details.section", has=page.locator("#L43"))
+    assert warnings.get_attribute("open") is None  # the warnings summary starts folded
+    assert not page.locator("#L50").is_visible()
+    page.locator("#L43 span").first.click()
+    sync_api.expect(page.locator("#L50")).to_be_visible()
+    page.locator("#L2 a.n").click()
+    page.locator("#L5 a.n").click(modifiers=["Shift"])
+    assert page.evaluate("location.hash") == "#L2-L5"
+    sync_api.expect(selected).to_have_count(4)
+    shoot(page, f"log-page-{width}")
+
+    page.locator("input[name=q]").fill("TEST_7 passed")  # either case
+    page.locator("input[name=q]").press("Enter")
+    sync_api.expect(page.locator("#search-summary")).to_contain_text("1 line containing TEST_7 passed")
+    page.locator("#log a.n").first.click()  # to the line in the whole log
+    sync_api.expect(page.locator("#L10.sel")).to_be_visible()
+
+
+def test_each_attempt_has_its_own_page_listing_the_others(live: Settings, chromium: sync_api.Browser) -> None:
+    store, _run_id, job_id = seeded(live)
+    record_finished(store, store.get_job(job_id))  # attempt 1 failed, then a re-run was cancelled in the queue
+    force_job(store, job_id, rerun=1, state="completed", conclusion="cancelled", title="Cancelled",
+              detail="Cancelled by @maria with `/cancel`.", started_at=None, finished_at=utcnow())
+    page = page_at(chromium, 1280)
+    page.goto(f"{live.public_url}/jobs/{job_id}/attempts/2")
+    sync_api.expect(page.locator("#job-state")).to_have_text("cancelled")
+    sync_api.expect(page.locator("#attempt-number")).to_have_text("attempt 2 of 2")
+    sync_api.expect(page.locator("#never-ran")).to_contain_text("never ran")
+    assert page.locator("#download-zip").count() == 0 and page.locator("#failing").count() == 0
+    page.locator("#attempts a", has_text="#1").click()
+    sync_api.expect(page.locator("#job-state")).to_have_text("failure")
+    sync_api.expect(page.locator("#attempt-number")).to_have_text("attempt 1 of 2")
+    sync_api.expect(page.locator("#failing")).to_have_text("Failing tests (1)")
+    assert page.url.endswith(f"/jobs/{job_id}/attempts/1")
+    assert page.locator("#download-zip").get_attribute("href") == f"/jobs/{job_id}/attempts/1/download.zip"
+    assert page.request.get(f"{live.public_url}/jobs/{job_id}/attempts/3").status == 404

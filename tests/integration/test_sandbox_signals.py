@@ -1,0 +1,59 @@
+"""`compile-ci sandbox` told to stop by a signal, as a terminal closing (SIGHUP) or `kill`/systemd/Docker
+(SIGTERM) would: it says what happens while jobs run, then leaves no Redis, gunicorn, Celery or job behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def processes_of(root: Path) -> list[str]:
+    """Processes started for this sandbox: each runs in `root` or names it on its command line."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = next(line for line in (entry / "status").read_text().splitlines() if line.startswith("State:"))
+        except (OSError, StopIteration):
+            continue  # gone meanwhile, or not ours to read
+        if "zombie" in state:
+            continue
+        if cwd.startswith(str(root)) or str(root) in cmdline:
+            found.append(f"{entry.name}: {cmdline[:200]}")
+    return found
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_stops_the_sandbox_and_every_process_it_started(tmp_path: Path, sig: signal.Signals) -> None:
+    root = tmp_path / "sandbox"
+    env = {**os.environ, "COMPILE_CI_RUNNER": "local", "PYTHONUNBUFFERED": "1"}
+    sandbox = subprocess.Popen([sys.executable, "-m", "service.cli", "sandbox", "--dir", str(root)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+    seen: list[str] = []
+    try:
+        assert sandbox.stdout is not None
+        deadline = time.monotonic() + 180
+        for line in sandbox.stdout:  # progress lines appear while the jobs run
+            seen.append(line)
+            if "correctness (cpu)" in line and "] PR #" in line and time.monotonic() < deadline:
+                break
+        assert any("] PR #" in line for line in seen), "".join(seen)
+        assert processes_of(root), "the stack is running"
+        sandbox.send_signal(sig)
+        rest, _ = sandbox.communicate(timeout=120)
+    finally:
+        if sandbox.poll() is None:
+            sandbox.kill()
+            sandbox.wait()
+    assert sandbox.returncode == 128 + sig, "".join(seen) + rest
+    left = processes_of(root)
+    assert left == [], left
