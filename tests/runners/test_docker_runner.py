@@ -120,15 +120,15 @@ def test_a_sweep_removes_only_its_own_deployments_orphans(docker_client: object)
     mine_orphan = _leftover(docker_client, "sweep-orphan", "tests-mine", ("sleep", "600"))
     mine_alive = _leftover(docker_client, "sweep-alive", "tests-mine", ("sleep", "600"))
     mine_exited = _leftover(docker_client, "sweep-exited", "tests-mine", ("true",))
-    theirs = _leftover(docker_client, "sweep-orphan", "tests-theirs", ("true",))
+    theirs = _leftover(docker_client, "sweep-theirs", "tests-theirs", ("sleep", "600"))
     mine_exited.wait(timeout=30)  # type: ignore[attr-defined]
-    theirs.wait(timeout=30)  # type: ignore[attr-defined]
     try:
         runner = DockerRunner(deployment="tests-mine")
-        assert runner.sweep_leftovers(is_orphan=lambda job_id: job_id == "sweep-orphan") == 2
+        orphans = {"sweep-orphan", "sweep-theirs"}  # the other deployment's job has no worker either
+        assert runner.sweep_leftovers(is_orphan=lambda job_id: job_id in orphans) == 2
         left = {(c.labels[LABEL], c.labels[DEPLOYMENT_LABEL])  # type: ignore[attr-defined]
                 for c in docker_client.containers.list(all=True, filters={"label": LABEL})}  # type: ignore[attr-defined]
-        assert ("sweep-alive", "tests-mine") in left and ("sweep-orphan", "tests-theirs") in left
+        assert ("sweep-alive", "tests-mine") in left and ("sweep-theirs", "tests-theirs") in left
         assert ("sweep-orphan", "tests-mine") not in left and ("sweep-exited", "tests-mine") not in left
     finally:
         for container in (mine_orphan, mine_alive, mine_exited, theirs):
