@@ -88,6 +88,11 @@ class Settings:
     github_client_secret: Secret = field(default=Secret(""), repr=False)
     github_web_url: str = "https://github.com"
     session_secret: Secret = field(default=Secret(""), repr=False)
+    # Observability: text or JSON log lines; the directory gunicorn's workers share their metrics in (multiprocess
+    # mode; empty: each process counts alone); a worker's own metrics port (0: none).
+    log_format: str = "text"
+    metrics_dir: Path | None = None
+    metrics_port: int = 0
 
     @property
     def visibility_timeout_seconds(self) -> int:
@@ -184,6 +189,9 @@ def _build(env: Mapping[str, str]) -> Settings:
     if client_id and not (client_secret and session_secret):
         problems.append("COMPILE_CI_GITHUB_CLIENT_ID needs COMPILE_CI_GITHUB_CLIENT_SECRET and "
                         "COMPILE_CI_SESSION_SECRET (sign-in with GitHub for private repositories)")
+    log_format = _get(env, "LOG_FORMAT", "text").lower()
+    if log_format not in ("text", "json"):
+        problems.append(f"COMPILE_CI_LOG_FORMAT must be text or json, got {log_format!r}")
     settings = Settings(
         webhook_secret=Secret(secret),
         github_app_id=app_id,
@@ -211,6 +219,9 @@ def _build(env: Mapping[str, str]) -> Settings:
         github_client_secret=Secret(client_secret),
         github_web_url=_url(env, "GITHUB_WEB_URL", "https://github.com", ("http", "https"), problems),
         session_secret=Secret(session_secret),
+        log_format=log_format,
+        metrics_dir=Path(_get(env, "METRICS_DIR")).absolute() if _get(env, "METRICS_DIR") else None,
+        metrics_port=_int(env, "METRICS_PORT", 0, problems, minimum=0),
     )
     if problems:
         raise ConfigError(problems)
