@@ -62,8 +62,9 @@ class GitHubCalls(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         args = record.args
-        if isinstance(args, tuple) and len(args) == 9 and isinstance(args[6], dict):
-            method, status, headers = str(args[0]), args[5], args[6]
+        # (verb, scheme, host, url, request headers, body, status, response headers, output): PyGithub's __log.
+        if isinstance(args, tuple) and len(args) == 9 and isinstance(args[7], dict):
+            method, status, headers = str(args[0]), args[6], args[7]
             recorded().github_calls.labels(method, str(status)).inc()
             if "x-ratelimit-remaining" in headers:
                 try:
