@@ -61,6 +61,8 @@ class Settings:
     data_dir: Path = Path("var")
     database_url: str = ""
     artifacts_dir: Path = Path("var/artifacts")
+    # Compile caches (inductor, triton) by cache key; a volume of their own where workers share them across hosts.
+    cache_dir: Path = Path("var/cache")
     public_url: str = "http://127.0.0.1:8000"
     # Where workers fetch repositories from; "{full_name}" is substituted. Empty means the
     # clone_url GitHub sends, authenticated with the installation token.
@@ -202,6 +204,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         data_dir=data_dir,
         database_url=database_url,
         artifacts_dir=Path(_get(env, "ARTIFACTS_DIR") or data_dir / "artifacts").absolute(),
+        cache_dir=Path(_get(env, "CACHE_DIR") or data_dir / "cache").absolute(),
         public_url=_url(env, "PUBLIC_URL", "http://127.0.0.1:8000", ("http", "https"), problems),
         clone_url_template=template,
         devices=devices,

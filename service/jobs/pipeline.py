@@ -128,7 +128,7 @@ def _spec(ctx: WorkerContext, job: Job, config: RepoConfig, checkout: Path, out:
         command = [*pytest, "--rootdir", str(checkout), *(str(checkout / p) for p in config.repo_tests)]
     else:
         command = [*pytest, str(ctx.suites_dir / job.suite)]
-    cache = ctx.settings.data_dir / "cache" / ctx.runner.cache_key(job.device)
+    cache = ctx.settings.cache_dir / ctx.runner.cache_key(job.device)
     env = {
         "COMPILE_CI_DEVICE": job.device,
         "COMPILE_CI_CHECKOUT": str(checkout),

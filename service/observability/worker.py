@@ -95,7 +95,7 @@ def install_worker(app: Celery, settings: Settings, store: Store) -> None:
         if settings.metrics_port and getattr(sender, "app", None) is app:
             # The pool's children fork from here, so they inherit the directory their samples go to.
             use_multiprocess_dir(Path(tempfile.mkdtemp(prefix="compile-ci-metrics-")))
-            serve(settings.metrics_port, [FunctionCollector(CacheSize(settings.data_dir / "cache")),
+            serve(settings.metrics_port, [FunctionCollector(CacheSize(settings.cache_dir)),
                                           FunctionCollector(_CALLS)])
             log.info("metrics on port %d", settings.metrics_port)
 
