@@ -7,13 +7,20 @@ from collections.abc import Iterator
 
 from flask import Flask, Response, g, request
 from flask.signals import got_request_exception
-from prometheus_client.core import Metric
 
 from service.celery_app import QUEUES
 from service.config import Settings
 from service.jobs.lifecycle import JobState
 from service.observability import logs
-from service.observability.metrics import CONTENT_TYPE, FunctionCollector, gauge, recorded, scrape, use_multiprocess_dir
+from service.observability.metrics import (
+    CONTENT_TYPE,
+    FunctionCollector,
+    Metric,
+    gauge,
+    recorded,
+    scrape,
+    use_multiprocess_dir,
+)
 from service.store import Store
 
 

@@ -11,13 +11,12 @@ from typing import Any
 
 from celery import Celery
 from celery.signals import task_failure, task_postrun, task_prerun, worker_init
-from prometheus_client.core import Metric
 
 from runners.protocol import RunResult
 from service.celery_app import PLAN_RUN, REPORT_JOB, RUN_JOB
 from service.config import Settings
 from service.observability import logs
-from service.observability.metrics import FunctionCollector, gauge, recorded, serve, use_multiprocess_dir
+from service.observability.metrics import FunctionCollector, Metric, gauge, recorded, serve, use_multiprocess_dir
 from service.store import Job, Store, TestRecord
 
 log = logging.getLogger(__name__)
