@@ -2,12 +2,14 @@
 
 Each cpu worker container keeps its scratch and compile caches to itself (deploy/compose.yaml, workers/<id>/);
 they share the artifacts directory, Redis and PostgreSQL. For every worker count: a fresh stack on locally built
-images (`docker-compose up --scale worker-cpu=N`), the sandbox's sample repository, N pull requests opened at once
-(each a real torch.compile `correctness (cpu)` job in a hardened container), and the time from the first webhook
-to the last check run completed. Then it proves the web serves every job's log whichever worker ran it, counts the
-jobs each worker ran from their JSON log lines, and reads the web's /metrics.
+images (`docker-compose up --scale worker-cpu=N`), N pull requests opened at once, and the time from the first
+webhook to the last check run completed. Workloads: `sandbox`, the sample repository's real torch.compile
+`correctness (cpu)` job; `light`, the repository's own tests (`repo (cpu)`), about 2 s of pure-Python CPU work in
+the same hardened job container, so the figure is the service's throughput rather than the compiler's. Then it
+proves the web serves every job's log whichever worker ran it, counts the jobs each worker ran from their JSON log
+lines, and reads the web's /metrics.
 
-    python bench/drain_time.py --workers 1 2 --pulls 8 [--image compile-ci/service:TAG]
+    python bench/drain_time.py --workers 1 2 --pulls 8 [--workload light|sandbox] [--image compile-ci/service:TAG]
 """
 
 from __future__ import annotations
@@ -32,6 +34,17 @@ from service.devkit.sandbox.sample_repo import commit_file, create_sample_repo
 from service.devkit.sandbox.stack import APP_ID, INSTALLATION_ID, app_keypair, free_port
 
 PROJECT = "compile-ci-drain"
+LIGHT_CONFIG = '[suites]\nrun = ["repo"]\ndevices = ["cpu"]\nrepo_tests = ["checks"]\n'
+LIGHT_TEST = """
+def _work(n):
+    return sum(i * i % 7 for i in range(n))
+
+def test_cpu_bound_work():
+    assert _work(6_000_000) > 0
+
+def test_quick():
+    assert _work(1000) > 0
+"""
 
 
 def compose(env: dict[str, str], *args: str, capture: bool = False) -> str:
@@ -48,7 +61,7 @@ def fetch(url: str) -> tuple[int, str]:
         return getattr(exc, "code", 0), ""
 
 
-def drain(workers: int, pulls: int, image: str) -> dict[str, object]:
+def drain(workers: int, pulls: int, image: str, workload: str) -> dict[str, object]:
     root = Path(tempfile.mkdtemp(prefix="compile-ci-drain-"))
     data = root / "data"
     (data / "repos").mkdir(parents=True)
@@ -66,6 +79,8 @@ def drain(workers: int, pulls: int, image: str) -> dict[str, object]:
         "COMPILE_CI_DATABASE_URL": "postgresql+psycopg://compileci:compileci@postgres/compileci",
         "COMPILE_CI_PUBLIC_URL": web_url, "COMPILE_CI_DEVICES": "cpu", "COMPILE_CI_LOG_FORMAT": "json",
         "COMPILE_CI_CLONE_URL_TEMPLATE": (data / "repos").as_uri() + "/{full_name}",
+        # Its own label on the shared engine: a worker sweeps only its deployment's leftover job containers.
+        "COMPILE_CI_DEPLOYMENT": f"drain-{secret[:8]}",
     }
     (root / "compile-ci.env").write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
     env = {"COMPILE_CI_ENV_FILE": str(root / "compile-ci.env"), "COMPILE_CI_HOST_DATA_DIR": str(data),
@@ -73,6 +88,10 @@ def drain(workers: int, pulls: int, image: str) -> dict[str, object]:
            "COMPILE_CI_SERVICE_IMAGE": image, "COMPILE_CI_REDIS_IMAGE": "compile-ci/redis:local",
            "COMPILE_CI_POSTGRES_IMAGE": "compile-ci/postgres:local"}
     repo = create_sample_repo(data / "repos" / FULL_NAME)
+    if workload == "light":
+        commit_file(repo.path, "main", ".compile-ci.toml", LIGHT_CONFIG, "Run our own tests only")
+        commit_file(repo.path, "main", "checks/test_work.py", LIGHT_TEST, "A test that works the CPU")
+    check_name = "repo (cpu)" if workload == "light" else "correctness (cpu)"
     heads = [commit_file(repo.path, f"pr-{n}", f"notes/{n}.md", f"change {n}\n", f"Change {n}")
              for n in range(1, pulls + 1)]
     subprocess.run(["chown", "-R", f"{SERVICE_UID}:{SERVICE_UID}", str(data)], check=True)
@@ -94,7 +113,7 @@ def drain(workers: int, pulls: int, image: str) -> dict[str, object]:
             urllib.request.urlopen(request, timeout=30).close()
 
         def cpu_runs() -> list[dict[str, object]]:
-            return [r for r in emulator.check_runs(FULL_NAME) if r["name"] == "correctness (cpu)"]
+            return [r for r in emulator.check_runs(FULL_NAME) if r["name"] == check_name]
 
         wait_until(lambda: len(cpu_runs()) == pulls and all(r["status"] == "completed" for r in cpu_runs()),
                    3600, "every cpu check run", poll_s=0.5)
@@ -109,7 +128,7 @@ def drain(workers: int, pulls: int, image: str) -> dict[str, object]:
         metrics = fetch(web_url + "/metrics")[1]
         series = 'compile_ci_webhook_deliveries_total{event="pull_request",status="202"}'
         accepted = next((ln.split()[-1] for ln in metrics.splitlines() if ln.startswith(series)), "")
-        return {"cpu_workers": workers, "pulls": pulls, "drain_s": round(drained, 1),
+        return {"workload": workload, "cpu_workers": workers, "pulls": pulls, "drain_s": round(drained, 1),
                 "conclusions": sorted({str(r["conclusion"]) for r in runs}),
                 "logs_served_by_web": f"{logs_served}/{len(runs)}",
                 "jobs_per_worker": sorted(len(v) for v in ran_by.values()),
@@ -125,15 +144,15 @@ def main() -> int:
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--pulls", type=int, default=8)
     parser.add_argument("--image", default="compile-ci/service:latest", help="the service image to run")
+    parser.add_argument("--workload", choices=("light", "sandbox"), default="light")
     args = parser.parse_args()
     missing = [tag for tag in (args.image, *LOCAL_IMAGES) if subprocess.run(
         ["docker", "image", "inspect", tag], capture_output=True).returncode != 0]
     if missing:
         print(f"missing images {missing}: python bench/compose_stack.py builds them", file=sys.stderr)
         return 2
-    results = [drain(n, args.pulls, args.image) for n in args.workers]
-    for result in results:
-        print(json.dumps(result))
+    for workers in args.workers:
+        print(json.dumps(drain(workers, args.pulls, args.image, args.workload)), flush=True)
     return 0
 
 

@@ -110,7 +110,7 @@ def flow(stack: tuple[Stack, dict[str, int]]) -> dict[str, Any]:
         runs = running.emulator.check_runs(FULL_NAME)
         return len(runs) == 2 and all(r["status"] == "completed" for r in runs)
 
-    wait_until(completed, 180, "both check runs to complete", poll_s=0.2)
+    wait_until(completed, 600, "both check runs to complete", poll_s=0.2)
     return {"statuses": statuses, "runs": {r["head_sha"]: r for r in running.emulator.check_runs(FULL_NAME)},
             "good": good, "bad": bad}
 
