@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
+from celery import Celery
 from flask import Flask, Response, g, request
 from flask.signals import got_request_exception
 
@@ -27,13 +28,13 @@ from service.store import Store
 class QueueLengths:
     """Messages waiting in each Celery queue: what a worker autoscaler (KEDA) scales on."""
 
-    def __init__(self, celery: object) -> None:
+    def __init__(self, celery: Celery) -> None:
         self._celery = celery
 
     def __call__(self) -> Iterator[Metric]:
         samples: list[tuple[list[str], float]] = []
         try:
-            with self._celery.connection_for_read() as connection:  # type: ignore[attr-defined]
+            with self._celery.connection_for_read() as connection:
                 channel = connection.default_channel
                 for queue in QUEUES:
                     samples.append(([queue], float(channel.queue_declare(queue=queue, passive=False).message_count)))
@@ -49,12 +50,17 @@ class JobCounts:
         self._store = store
 
     def __call__(self) -> Iterator[Metric]:
-        states = (JobState.QUEUED, JobState.RUNNING)
-        yield gauge("compile_ci_jobs", "Jobs by state (queued, running)", ["state"],
-                    [([str(s)], float(len(self._store.jobs_in_state(s)))) for s in states])
+        samples: list[tuple[list[str], float]] = []
+        try:
+            for state in (JobState.QUEUED, JobState.RUNNING):
+                samples.append(([str(state)], float(len(self._store.jobs_in_state(state)))))
+        except Exception:  # noqa: BLE001 - a database outage must not break the scrape: the gauge is left out
+            samples = []
+            recorded().errors.labels("metrics_database").inc()
+        yield gauge("compile_ci_jobs", "Jobs by state (queued, running)", ["state"], samples)
 
 
-def install(app: Flask, settings: Settings, store: Store, celery: object) -> None:
+def install(app: Flask, settings: Settings, store: Store, celery: Celery) -> None:
     logs.configure_logging(settings.log_format, "web")
     if settings.metrics_dir is not None:
         use_multiprocess_dir(settings.metrics_dir / "web")
