@@ -61,6 +61,8 @@ class Settings:
     data_dir: Path = Path("var")
     database_url: str = ""
     artifacts_dir: Path = Path("var/artifacts")
+    # Compile caches (inductor, triton) by cache key; a volume of their own where workers share them across hosts.
+    cache_dir: Path = Path("var/cache")
     public_url: str = "http://127.0.0.1:8000"
     # Where workers fetch repositories from; "{full_name}" is substituted. Empty means the
     # clone_url GitHub sends, authenticated with the installation token.
@@ -94,6 +96,11 @@ class Settings:
     github_client_secret: Secret = field(default=Secret(""), repr=False)
     github_web_url: str = "https://github.com"
     session_secret: Secret = field(default=Secret(""), repr=False)
+    # Observability: text or JSON log lines; the directory gunicorn's workers share their metrics in (multiprocess
+    # mode; empty: each process counts alone); a worker's own metrics port (0: none).
+    log_format: str = "text"
+    metrics_dir: Path | None = None
+    metrics_port: int = 0
 
     @property
     def visibility_timeout_seconds(self) -> int:
@@ -199,6 +206,9 @@ def _build(env: Mapping[str, str]) -> Settings:
     if client_id and not (client_secret and session_secret):
         problems.append("COMPILE_CI_GITHUB_CLIENT_ID needs COMPILE_CI_GITHUB_CLIENT_SECRET and "
                         "COMPILE_CI_SESSION_SECRET (sign-in with GitHub for private repositories)")
+    log_format = _get(env, "LOG_FORMAT", "text").lower()
+    if log_format not in ("text", "json"):
+        problems.append(f"COMPILE_CI_LOG_FORMAT must be text or json, got {log_format!r}")
     settings = Settings(
         webhook_secret=Secret(secret),
         github_app_id=app_id,
@@ -209,6 +219,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         data_dir=data_dir,
         database_url=database_url,
         artifacts_dir=Path(_get(env, "ARTIFACTS_DIR") or data_dir / "artifacts").absolute(),
+        cache_dir=Path(_get(env, "CACHE_DIR") or data_dir / "cache").absolute(),
         public_url=_url(env, "PUBLIC_URL", "http://127.0.0.1:8000", ("http", "https"), problems),
         clone_url_template=template,
         devices=devices,
@@ -229,6 +240,9 @@ def _build(env: Mapping[str, str]) -> Settings:
         github_client_secret=Secret(client_secret),
         github_web_url=_url(env, "GITHUB_WEB_URL", "https://github.com", ("http", "https"), problems),
         session_secret=Secret(session_secret),
+        log_format=log_format,
+        metrics_dir=Path(_get(env, "METRICS_DIR")).absolute() if _get(env, "METRICS_DIR") else None,
+        metrics_port=_int(env, "METRICS_PORT", 0, problems, minimum=0),
     )
     if problems:
         raise ConfigError(problems)

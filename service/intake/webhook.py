@@ -50,6 +50,7 @@ def receive() -> tuple[Response, int] | Response:
         wiring.claims.release_delivery(delivery_id)
         raise
     for outcome in outcomes:
-        log.info("delivery %s (%s.%s): %s", delivery_id, name, event.action, outcome.message)
+        log.info("delivery %s (%s.%s): %s", delivery_id, name, event.action, outcome.message,
+                 extra={"run_id": outcome.run_id})
     runs = [o.run_id for o in outcomes if o.run_id]
     return jsonify(messages=[o.message for o in outcomes], runs=runs), 202

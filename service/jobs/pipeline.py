@@ -21,6 +21,7 @@ from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
 from service.jobs.outcome import judge, read_attempt, read_json, write_meta
 from service.jobs.planning import builtin_suites
+from service.observability.worker import job_finished, job_started
 from service.repo_config import CONFIG_FILE, RepoConfig, parse_repo_config
 from service.store import Job, Run
 
@@ -49,6 +50,7 @@ def run_job(ctx: WorkerContext, job_id: str) -> None:
         started = lifecycle.start(ctx.store, job_id, ctx.runner.name)
         if started is None:
             return
+        job_started(started)
         _tell(lambda: ctx.queue.report_job(job_id))
         retry = _execute(ctx, started, lease)
     if retry:  # only after the lease is gone, or the retry would find it held and drop itself
@@ -130,7 +132,7 @@ def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: 
     else:
         command = [*pytest, str(ctx.suites_dir / job.suite)]
     # The runner resolves it to this repository's cache, writable only by trusted runs (runners/compile_cache.py).
-    cache = CacheScope(ctx.settings.data_dir / "cache", str(run.repo_id), trust_class(run.trigger, run.gate),
+    cache = CacheScope(ctx.settings.cache_dir, str(run.repo_id), trust_class(run.trigger, run.gate),
                        run.pr_number, ctx.settings.cache_cap_mb)
     env = {
         "COMPILE_CI_DEVICE": job.device,
@@ -156,6 +158,7 @@ def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: l
     outcome = install.judged(out, result, attempt) or judge(
         result, attempt, current.detail if current is not None and current.cancel_requested else "")
     write_meta(out, result, ctx.runner.name, outcome, attempt)
+    job_finished(job, outcome.conclusion, result, attempt.records)
     ctx.store.replace_results(job.id, job.attempt, attempt.records)
     files = sorted(p for p in out.rglob("*") if p.is_file())
     ctx.store.replace_artifacts(job.id, job.attempt, [(str(p.relative_to(out)), p.stat().st_size) for p in files])

@@ -19,6 +19,7 @@ from service.github.api import GitHubApp, GoneError, TransientGitHubError
 from service.jobs import comment_commands, pipeline, reaper, run_planning
 from service.jobs.context import Leases, WorkerContext
 from service.jobs.lease import orphaned_jobs
+from service.observability.worker import install_worker
 from service.store import Store
 from service.store.claims import Claims
 
@@ -69,6 +70,7 @@ def _retry_later(task: Task, exc: TransientGitHubError) -> None:
 def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> Celery:
     app = create_celery(settings)
     ctx = build_context(settings, app, suites_dir)
+    install_worker(app, settings, ctx.store)
 
     @app.task(name=PLAN_RUN, bind=True, shared=False, autoretry_for=(CheckoutError,), **RETRY_KW)
     def plan_run(self: Task, run_id: str) -> None:

@@ -29,8 +29,9 @@ class Store:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         try:
             Base.metadata.create_all(self.engine)
-        except OperationalError:
-            # Another process (web, a worker) created the tables between our check and our CREATE.
+        except (OperationalError, IntegrityError, ProgrammingError):
+            # Another process (web, a worker) created the tables between our check and our CREATE (PostgreSQL
+            # reports the race as a duplicate in its catalogue, an IntegrityError).
             Base.metadata.create_all(self.engine)
         _add_missing_columns(self.engine)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)

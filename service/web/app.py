@@ -13,6 +13,7 @@ from service.intake import webhook
 from service.intake.handlers import root_router
 from service.intake.handlers.deps import HandlerDeps
 from service.intake.router import Router
+from service.observability.web import install as install_observability
 from service.store import Store
 from service.store.claims import Claims
 from service.web import pages
@@ -31,7 +32,8 @@ def create_app(settings: Settings) -> Flask:
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = 25 * 1024 * 1024  # GitHub caps payloads at 25 MB
     store = Store(settings.database_url)
-    queue = CeleryQueue(create_celery(settings))
+    celery = create_celery(settings)
+    queue = CeleryQueue(celery)
     app.extensions["compile_ci"] = Wiring(
         settings=settings,
         store=store,
@@ -42,5 +44,6 @@ def create_app(settings: Settings) -> Flask:
     )
     app.register_blueprint(webhook.blueprint)
     app.register_blueprint(pages.blueprint)
+    install_observability(app, settings, store, celery)
     logging.getLogger("service").setLevel(logging.INFO)
     return app
