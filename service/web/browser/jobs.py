@@ -15,7 +15,7 @@ from markupsafe import Markup, escape
 from service.store import Job
 from service.web.browser import logs, queries
 from service.web.browser.export import zip_chunks
-from service.web.browser.lookup import contained_file, load_job, wiring
+from service.web.browser.lookup import contained_file, load_job, number_arg, wiring
 from suites.naming import sanitise_nodeid
 
 blueprint = Blueprint("jobs", __name__)
@@ -149,12 +149,12 @@ def log_page(job_id: str) -> Response | str:
     if not path.is_file():
         abort(404)
     pages = logs.page_count(path)
-    line = request.args.get("line", "")
-    if line.isdigit():  # /log?line=N: the page holding line N, scrolled to it
-        number = max(1, int(line))
+    line = number_arg(request.args.get("line"), -1)
+    if line >= 0:  # /log?line=N: the page holding line N, scrolled to it
+        number = max(1, line)
         return redirect(f"/jobs/{job.id}/log?page={(number - 1) // logs.LINES_PER_PAGE + 1}#L{number}")
-    raw = request.args.get("page", "")
-    number = min(int(raw), pages) if raw.isdigit() and int(raw) > 0 else pages
+    raw = number_arg(request.args.get("page"), 0)
+    number = min(raw, pages) if raw > 0 else pages
     return render_template("log.html", run=run, job=job, lines=logs.page(path, number), page=number, pages=pages)
 
 
@@ -163,8 +163,7 @@ def log_live(job_id: str) -> Response:
     """Lines written since `offset`, rendered; the page appends them until the job completes."""
     _run, job, directory = load_job(job_id)
     path = directory / "log.txt"
-    raw = request.args.get("offset", "0")
-    offset = int(raw) if raw.isdigit() else 0
+    offset = number_arg(request.args.get("offset"), 0)
     finished = job.state == "completed"
     lines, next_offset = logs.chunk_from(path, offset, LIVE_CHUNK_BYTES, finished) if path.is_file() else ([], 0)
     html = render_template("log_lines.html", lines=lines, line_base=f"/jobs/{job.id}/log?line=")
