@@ -26,7 +26,7 @@ URL = re.compile(r"https?://[!-~]{1,2040}")  # printable ASCII, no spaces
 # git check-ref-format, less what GitHub never sends: no control characters, spaces or ~^:?*[\, no "..", "@{",
 # "//", no component starting with "." or ending with ".lock", and GitHub's own 255-byte cap.
 REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//|/\.|\.lock(/|$)")
-TEXT = re.compile(r"[!-~]{1,255}")  # short identifiers GitHub makes of printable ASCII
+TEXT = re.compile(r"[!-~]{0,255}")  # short identifiers GitHub makes of printable ASCII (maybe empty)
 
 
 def _sha(value: Any) -> str | None:
@@ -57,7 +57,7 @@ def _url(value: Any) -> str | None:
 
 
 def _text(value: Any) -> str | None:
-    return None if TEXT.fullmatch(value) else "is not 1 to 255 printable ASCII characters"
+    return None if TEXT.fullmatch(value) else "is not up to 255 printable ASCII characters"
 
 
 def _positive_id(value: Any, most: int = MAX_ID) -> str | None:
