@@ -1,14 +1,16 @@
 """The fault campaign: kill workers and Redis, make GitHub fail, and count what was lost, stuck or duplicated.
 
-    python bench/fault_campaign.py [--prs 10] [--worker-kills 3]
+    python bench/fault_campaign.py [--prs 16] [--worker-kills 3]
 
 Runs the sandbox stack with its default settings (gunicorn, Redis, the github and cpu Celery workers, one beat for
 the reaper, the DockerRunner where an engine answers, else LocalRunner) and the sample repository, then:
   1. GitHub faults: the first check-run create is applied and answered 502, a PATCH is rate limited (403, Retry-After).
-  2. Redis kill -9 while jobs are queued, then a restart (no persistence: the queue, the leases and the delivery
-     claims are gone); recovery = restart -> every job that was queued at the kill is running or done.
-  3. Worker kills: `--worker-kills` times, while a job runs (a different job each time), the cpu worker is
-     SIGKILLed with its pool and started again; recovery = kill -> the same job running again as a new attempt.
+  2. Redis kill -9 while the first half of the pull requests' jobs are queued, then a restart (no persistence: the
+     queue, the leases and the delivery claims are gone); recovery = restart -> every run that was being planned
+     is planned and every job that was queued has its message back (or has started).
+  3. The second half of the pull requests, then worker kills: `--worker-kills` times, while a suite job runs (a
+     different job each time), the cpu worker is SIGKILLed with its pool and started again; recovery = kill -> the
+     same job running again as a new attempt.
 Then it waits for every check run to complete and prints jobs lost (no completed check run), stuck (a check run not
 completed), duplicated (two check runs for one job generation), orphaned job containers, and the recovery times.
 Loopback only; bounded in time; stops everything it started.
@@ -34,19 +36,22 @@ from runners.docker_container import DEPLOYMENT_LABEL, LABEL  # noqa: E402
 from service.celery_app import QUEUES, RUN_JOB  # noqa: E402
 from service.devkit.sandbox.deliveries import pull_request_event  # noqa: E402
 from service.devkit.sandbox.main import FULL_NAME, REPO_ID, post_webhook, wait_until  # noqa: E402
-from service.devkit.sandbox.sample_repo import create_sample_repo  # noqa: E402
+from service.devkit.sandbox.sample_repo import SampleRepo, create_sample_repo  # noqa: E402
 from service.devkit.sandbox.stack import INSTALLATION_ID, Stack  # noqa: E402
 from service.store import Job, Store  # noqa: E402
 from service.store.claims import Claims  # noqa: E402
 
 DEADLINE_S = 1500
+SAMPLE_REPOS: dict[Path, SampleRepo] = {}
 
 
-def open_pull_requests(stack: Stack, count: int) -> None:
-    repo = create_sample_repo(stack.root / "repos" / FULL_NAME)
+def open_pull_requests(stack: Stack, numbers: range) -> None:
+    path = stack.root / "repos" / FULL_NAME
+    repo = create_sample_repo(path) if not path.exists() else SAMPLE_REPOS[path]
+    SAMPLE_REPOS[path] = repo
     stack.emulator.add_repo(FULL_NAME)
     stack.emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
-    for number in range(1, count + 1):
+    for number in numbers:
         sha = repo.good_sha if number % 2 else repo.buggy_sha
         branch = f"pr-{number}"
         stack.emulator.add_pull(FULL_NAME, number, sha, branch, "main", "octocat", "OWNER")
@@ -64,7 +69,9 @@ def kill_worker_mid_job(stack: Stack, store: Store, spared: set[str]) -> float |
     """SIGKILL the cpu worker while a job runs (a job not killed before); seconds until it runs again, as a new
     attempt. None when every job finished before one could be caught running."""
     def victim() -> Job | None:
-        return next((j for j in cpu_jobs(store) if j.state == "running" and j.id not in spared), None)
+        # The suite job (seconds of torch.compile), not the repository's own few-second tests.
+        return next((j for j in cpu_jobs(store) if j.state == "running" and j.suite != "repo" and j.id not in spared),
+                    None)
 
     wait_until(lambda: victim() is not None or all(j.state == "completed" for j in cpu_jobs(store)), DEADLINE_S,
                "a running cpu job", 0.2)
@@ -72,7 +79,10 @@ def kill_worker_mid_job(stack: Stack, store: Store, spared: set[str]) -> float |
     if job is None:
         return None
     spared.add(job.id)
-    time.sleep(2)  # well inside the job: its container or process is up
+    time.sleep(1)  # inside the job: its container or process is up
+    now = store.get_job(job.id)
+    if now is None or now.state != "running" or now.attempt != job.attempt:
+        return kill_worker_mid_job(stack, store, spared)  # it finished meanwhile: catch another one
     killed_at = time.monotonic()
     stack.kill("worker-cpu", signal.SIGKILL)
     stack.respawn("worker-cpu")
@@ -86,10 +96,12 @@ def kill_worker_mid_job(stack: Stack, store: Store, spared: set[str]) -> float |
 
 
 def kill_redis_with_jobs_queued(stack: Stack, store: Store) -> float | None:
-    """kill -9 Redis once at least two cpu jobs wait in the queue, restart it; seconds until every job that was
-    queued then has its message back in the broker (or has started): the work is recovered, and waits its turn."""
+    """kill -9 Redis once at least two cpu jobs wait in the queue, restart it; seconds until every run that was still
+    being planned is planned and every job that was queued has its message back in the broker (or has started):
+    the work is recovered, and waits its turn."""
     wait_until(lambda: sum(j.state == "queued" for j in cpu_jobs(store)) >= 2, 120, "two queued cpu jobs", 0.1)
     queued = [j for j in cpu_jobs(store) if j.state == "queued"]
+    planning = [r.id for r in store.runs_in_state("planning")]
     stack.kill("redis", signal.SIGKILL)
     stack.respawn("redis")
     restarted_at = time.monotonic()
@@ -97,7 +109,9 @@ def kill_redis_with_jobs_queued(stack: Stack, store: Store) -> float | None:
 
     def recovered() -> bool:
         sent = {str(args[0]) for task, args in claims.pending_tasks(QUEUES) if task == RUN_JOB and args}
-        return all(q.id in sent or (job := store.get_job(q.id)) is None or job.state != "queued" for q in queued)
+        planned = all((run := store.get_run(r)) is not None and run.state != "planning" for r in planning)
+        return planned and all(q.id in sent or (job := store.get_job(q.id)) is None or job.state != "queued"
+                               for q in queued)
 
     wait_until(recovered, DEADLINE_S, "the jobs queued at the Redis kill to be sent again", 0.2)
     return time.monotonic() - restarted_at
@@ -127,7 +141,7 @@ def tally(stack: Stack, store: Store, prs: int) -> dict[str, object]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prs", type=int, default=10)
+    parser.add_argument("--prs", type=int, default=16)
     parser.add_argument("--worker-kills", type=int, default=3)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="compile-ci-faults-"))
@@ -136,8 +150,10 @@ def main() -> int:
         store = Store(stack.env()["COMPILE_CI_DATABASE_URL"])
         stack.emulator.inject("POST", r"/check-runs$", 502, apply=True)
         stack.emulator.inject("PATCH", r"/check-runs/\d+$", 403, headers={"Retry-After": "1"})
-        open_pull_requests(stack, args.prs)
+        half = args.prs // 2
+        open_pull_requests(stack, range(1, half + 1))  # the first half meets the Redis kill
         redis = kill_redis_with_jobs_queued(stack, store)
+        open_pull_requests(stack, range(half + 1, args.prs + 1))  # the second half meets the worker kills
         spared: set[str] = set()
         kills = [kill_worker_mid_job(stack, store, spared) for _ in range(args.worker_kills)]
         worker = [s for s in kills if s is not None]
@@ -156,7 +172,7 @@ def main() -> int:
           f"jobs {result['jobs']}: lost {result['lost']}, stuck {result['stuck']}, duplicated {result['duplicated']}, "
           f"orphan containers {result['orphan_containers']}")
     print(f"worker SIGKILL -> job running again: {result['worker_kill_recovery_s']} s")
-    print(f"Redis kill -9 + restart -> queued jobs' messages back: {result['redis_kill_recovery_s']} s")
+    print(f"Redis kill -9 + restart -> runs planned, queued jobs' messages back: {result['redis_kill_recovery_s']} s")
     print(json.dumps(result))
     failed = ("pull_requests_without_check_runs", "lost", "stuck", "duplicated", "orphan_containers")
     return 1 if any(result[key] for key in failed) else 0

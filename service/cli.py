@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     web = sub.add_parser("web", help="serve the webhook and the pages with gunicorn")
     web.add_argument("--bind", default="0.0.0.0:8000", help="HOST:PORT to listen on (default: %(default)s)")
     web.add_argument("--workers", type=int, default=4, help="gunicorn worker processes (default: %(default)s)")
+    web.add_argument("--threads", type=int, default=32, help="threads per worker (gthread; 0: sync workers)")
     worker = sub.add_parser("worker", help="run a Celery worker")
     worker.add_argument("--queues", default="cpu,github", help=f"comma-separated, from {', '.join(QUEUES)}")
     worker.add_argument("--concurrency", type=int, default=1)
@@ -53,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         return run_sandbox(args.dir, keep_running=args.keep_running)
     if args.command == "web":
         _validated_settings()
-        os.execvp(sys.executable, [sys.executable, "-m", "gunicorn", "--bind", args.bind, "--workers",
-                                   str(args.workers), "--access-logfile", "-", "service.wsgi:app"])
+        from service.web.serving import gunicorn_command
+
+        os.execvp(sys.executable, gunicorn_command(args.bind, args.workers, args.threads))
     if args.command == "worker":
         _validated_settings()
         queues = args.queues.split(",")

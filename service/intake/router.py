@@ -6,6 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from service.intake.shapes import shape_problem
+
 
 @dataclass(frozen=True)
 class Event:
@@ -64,7 +66,7 @@ class Router:
 
 
 def field(payload: dict[str, Any], dotted: str, kind: type | tuple[type, ...]) -> Any:
-    """payload['a']['b'] for 'a.b', or BadPayload naming what is missing or of the wrong type."""
+    """payload['a']['b'] for 'a.b', or BadPayload naming what is missing, of the wrong type or not GitHub's shape."""
     value: Any = payload
     for part in dotted.split("."):
         if not isinstance(value, dict) or part not in value:
@@ -72,4 +74,7 @@ def field(payload: dict[str, Any], dotted: str, kind: type | tuple[type, ...]) -
         value = value[part]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise BadPayload(f"payload field {dotted} has the wrong type")
+    problem = shape_problem(dotted, value)
+    if problem:
+        raise BadPayload(f"payload field {dotted} {problem}")
     return value

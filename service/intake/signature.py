@@ -21,6 +21,9 @@ def verify_signature(secret: str, body: bytes, header: str | None) -> None:
         raise InvalidSignature("no webhook secret is configured")
     if not header:
         raise InvalidSignature("missing X-Hub-Signature-256 header")
+    if not header.isascii():
+        # compare_digest refuses non-ASCII str; such a header cannot be a hex digest anyway.
+        raise InvalidSignature("X-Hub-Signature-256 must be ASCII")
     if not header.startswith("sha256="):
         raise InvalidSignature("X-Hub-Signature-256 must start with 'sha256='")
     if not hmac.compare_digest(sign(secret, body), header):

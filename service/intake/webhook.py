@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
-import json
 import logging
+import re
 
 from flask import Blueprint, Response, current_app, jsonify, request
 
+from service.intake.body import SlowBody, read_body
+from service.intake.payload import parse_payload
 from service.intake.router import BadPayload, Event, Router
 from service.intake.signature import InvalidSignature, verify_signature
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("webhook", __name__)
+# GitHub's event names are snake_case words and its delivery ids are GUIDs; ids are Redis keys, so they stay short.
+EVENT_NAME = re.compile(r"[a-z_]{1,64}")
+DELIVERY_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
 
 
 @blueprint.post("/webhook")
 def receive() -> tuple[Response, int] | Response:
     wiring = current_app.extensions["compile_ci"]
-    body = request.get_data(cache=False)
+    try:
+        body = read_body(request.stream, request.environ)
+    except SlowBody as exc:
+        return jsonify(error=str(exc)), 408
     try:
         verify_signature(wiring.settings.webhook_secret.reveal(), body, request.headers.get("X-Hub-Signature-256"))
     except InvalidSignature as exc:
@@ -26,12 +34,12 @@ def receive() -> tuple[Response, int] | Response:
     delivery_id = request.headers.get("X-GitHub-Delivery", "")
     if not name or not delivery_id:
         return jsonify(error="X-GitHub-Event and X-GitHub-Delivery headers are required"), 400
+    if not EVENT_NAME.fullmatch(name) or not DELIVERY_ID.fullmatch(delivery_id):
+        return jsonify(error="X-GitHub-Event must be an event name and X-GitHub-Delivery a GUID"), 400
     try:
-        payload = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        return jsonify(error=f"body is not JSON: {exc}"), 400
-    if not isinstance(payload, dict):
-        return jsonify(error="body must be a JSON object"), 400
+        payload = parse_payload(body, request.content_type or "")
+    except BadPayload as exc:
+        return jsonify(error=str(exc)), 400
     event = Event(name, delivery_id, payload)
     if name == "ping":
         return jsonify(message="pong", zen=payload.get("zen")), 200

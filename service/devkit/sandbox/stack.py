@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from service.devkit.github_emulator import GitHubEmulator
 from service.store import Store
+from service.web.serving import DEFAULT_THREADS, gunicorn_command
 
 APP_ID = 424242
 INSTALLATION_ID = 4242
@@ -62,8 +63,10 @@ def app_keypair() -> tuple[str, str]:
 class Stack:
     """Starts what the service needs under `root`; `stop()` ends all of it, in reverse order."""
 
-    def __init__(self, root: Path, *, devices: str = "cpu", web_workers: int = 2, workers: bool = True) -> None:
+    def __init__(self, root: Path, *, devices: str = "cpu", web_workers: int = 2, workers: bool = True,
+                 web_threads: int = DEFAULT_THREADS) -> None:
         self.root = root
+        self.web_threads = web_threads
         self.with_workers = workers
         self.devices = devices
         self.web_workers = web_workers
@@ -149,8 +152,7 @@ class Stack:
     def _start_web(self) -> None:
         port = free_port()
         self.web_url = f"http://127.0.0.1:{port}"
-        proc = self._spawn("web", [sys.executable, "-m", "gunicorn", "--workers", str(self.web_workers), "--bind",
-                                   f"127.0.0.1:{port}", "--access-logfile", "-", "service.wsgi:app"])
+        proc = self._spawn("web", gunicorn_command(f"127.0.0.1:{port}", self.web_workers, self.web_threads))
         wait_for_port(port, proc, "gunicorn")
 
     def start_workers(self) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from service.github.commands import parse_comment
 from service.intake.handlers.deps import HandlerDeps
-from service.intake.router import Event, Outcome, Router, field
+from service.intake.router import BadPayload, Event, Outcome, Router, field
 
 router = Router()
 
@@ -23,7 +23,10 @@ def comment_on_pull_request(event: Event, deps: HandlerDeps) -> Outcome:
     # Bots include ourselves: our replies quote the grammar, and must never trigger it.
     if field(payload, "comment.user.type", str) == "Bot":
         return Outcome("comment by a bot")
-    commands = parse_comment(comment.get("body"))
+    body = comment.get("body")
+    if not isinstance(body, str | None):
+        raise BadPayload("payload field comment.body has the wrong type")
+    commands = parse_comment(body)
     if not commands:
         return Outcome("no commands")
     request = {

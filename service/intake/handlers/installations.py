@@ -6,14 +6,21 @@ import logging
 from typing import Any
 
 from service.intake.handlers.deps import HandlerDeps
-from service.intake.router import Event, Outcome, Router, field
+from service.intake.router import BadPayload, Event, Outcome, Router, field
+from service.intake.shapes import repository_name_problem
 
 router = Router()
 log = logging.getLogger(__name__)
 
 
 def _names(repos: Any) -> list[str]:
-    return [r["full_name"] for r in repos or [] if isinstance(r, dict) and isinstance(r.get("full_name"), str)]
+    """The repositories' full names; BadPayload before anything is recorded if one is not a GitHub name."""
+    names = [r.get("full_name") for r in repos or [] if isinstance(r, dict)] if isinstance(repos, list) else []
+    for name in names:
+        problem = repository_name_problem(name)
+        if problem:
+            raise BadPayload(f"payload field repositories[].full_name {problem}")
+    return names
 
 
 @router.register("installation", "created", "deleted", "suspend", "unsuspend")

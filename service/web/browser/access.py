@@ -110,7 +110,8 @@ def login() -> Response | tuple[str, int]:
 def oauth_callback() -> Response | tuple[str, int]:
     expected, given = session.pop("oauth_state", ""), request.args.get("state", "")
     code = request.args.get("code", "")
-    if not expected or not code or not hmac.compare_digest(str(expected), given):
+    # Bytes: compare_digest raises TypeError on a non-ASCII str, which a forged state= would be.
+    if not expected or not code or not hmac.compare_digest(str(expected).encode(), given.encode()):
         return render_template("message.html", title="Sign-in failed",
                                text="The sign-in link expired or was not started here; try again."), 400
     settings = wiring().settings

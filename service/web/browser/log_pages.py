@@ -10,6 +10,7 @@ from flask import Blueprint, Response, abort, jsonify, redirect, render_template
 
 from service.web.browser import log_search, logs
 from service.web.browser.attempts import load_attempt
+from service.web.browser.lookup import number_arg
 
 blueprint = Blueprint("log_pages", __name__)
 LIVE_CHUNK_BYTES = 64 * 1024
@@ -55,8 +56,8 @@ def log_page(job_id: str, number: int | None = None) -> Response | str:
         last = int(wanted["last"]) if wanted["last"] else 0
         anchor = f"#L{first}-L{last}" if last > first else f"#L{first}"
         return redirect(f"{job.base}/log?page={(first - 1) // logs.LINES_PER_PAGE + 1}{anchor}")
-    raw = request.args.get("page", "")
-    page = min(int(raw), pages) if raw.isdigit() and int(raw) > 0 else pages
+    raw = number_arg(request.args.get("page"), 0)
+    page = min(raw, pages) if raw > 0 else pages
     return render_template("log.html", run=run, job=job, sections=sections(logs.page(path, page)), page=page,
                            pages=pages)
 
@@ -79,8 +80,7 @@ def log_live(job_id: str) -> Response:
     """Lines written since `offset`, rendered; the page appends them until the job completes."""
     _run, job, directory, _attempts = load_attempt(job_id, None)
     path = directory / "log.txt"
-    raw = request.args.get("offset", "0")
-    offset = int(raw) if raw.isdigit() else 0
+    offset = number_arg(request.args.get("offset"), 0)
     finished = job.state == "completed"
     exists = job.ran and path.is_file()
     lines, next_offset = logs.chunk_from(path, offset, LIVE_CHUNK_BYTES, finished) if exists else ([], 0)

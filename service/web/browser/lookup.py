@@ -10,13 +10,13 @@ from flask import abort
 from service.store import Job, Run
 from service.web.browser.access import require_read, wiring
 
-RUN_ID = re.compile(r"^[0-9a-f]{16}$")
-JOB_ID = re.compile(r"^[0-9a-f]{16}-[a-z]+-(cpu|cuda|none)$")  # none: the approval gate's job
-TEST_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$")  # never "." or ".." (the parent)
+RUN_ID = re.compile(r"[0-9a-f]{16}")  # fullmatch everywhere: "$" would let a trailing newline in
+JOB_ID = re.compile(r"[0-9a-f]{16}-[a-z]+-(cpu|cuda|none)")  # none: the approval gate's job
+TEST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")  # never "." or ".." (the parent)
 
 
 def load_run(run_id: str) -> Run:
-    run = wiring().store.get_run(run_id) if RUN_ID.match(run_id) else None
+    run = wiring().store.get_run(run_id) if RUN_ID.fullmatch(run_id) else None
     if run is None:
         abort(404)
     require_read(run)
@@ -25,7 +25,7 @@ def load_run(run_id: str) -> Run:
 
 def load_job(job_id: str) -> tuple[Run, Job, Path]:
     """The job, its run (access checked) and its attempt's artifact directory."""
-    job = wiring().store.get_job(job_id) if JOB_ID.match(job_id) else None
+    job = wiring().store.get_job(job_id) if JOB_ID.fullmatch(job_id) else None
     if job is None:
         abort(404)
     run = load_run(job.run_id)
@@ -33,7 +33,7 @@ def load_job(job_id: str) -> tuple[Run, Job, Path]:
 
 
 def test_dir(directory: Path, name: str) -> Path:
-    if not TEST_NAME.match(name) or not (directory / "tests" / name).is_dir():
+    if not TEST_NAME.fullmatch(name) or not (directory / "tests" / name).is_dir():
         abort(404)
     return directory / "tests" / name
 
@@ -42,8 +42,15 @@ def contained_file(directory: Path, relative: str) -> Path:
     """A regular file under `directory`, symlinks resolved: a runner's output may hold a link to /etc."""
     try:
         target = (directory / relative).resolve(strict=True)
-    except (OSError, RuntimeError):
+    except (OSError, RuntimeError, ValueError):  # ValueError: a NUL byte (log.txt%00.png)
         abort(404)
     if not target.is_relative_to(directory.resolve()) or not target.is_file():
         abort(404)
     return target
+
+
+def number_arg(raw: str | None, default: int, digits: int = 18) -> int:
+    """A query's page, line or offset: ASCII digits only ("²".isdigit() is true, int() refuses it) and at most
+    `digits` of them, so the number fits the database's integer columns and the file system's offsets."""
+    raw = (raw or "").strip()
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= digits else default

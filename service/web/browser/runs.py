@@ -8,26 +8,32 @@ from flask import Blueprint, render_template, request
 
 from service.web.browser import queries
 from service.web.browser.access import readable_private_repos, wiring
-from service.web.browser.lookup import load_run
+from service.web.browser.lookup import load_run, number_arg
 
 blueprint = Blueprint("runs", __name__)
 
 
 def _filter_from_query() -> queries.RunFilter:
     args = request.args
-    pr = args.get("pr", "").strip().lstrip("#")
+    pr = number_arg(args.get("pr", "").strip().lstrip("#"), -1, digits=9)  # pr_number is a 32-bit INTEGER
     status = args.get("status", "")
     return queries.RunFilter(
-        repo=args.get("repo", "").strip(), pr=int(pr) if pr.isdigit() else None, branch=args.get("branch", "").strip(),
-        sha=args.get("sha", "").strip(), status=status if status in queries.STATUSES else "",
+        repo=_text_arg("repo"), pr=pr if pr >= 0 else None, branch=_text_arg("branch"),
+        sha=_text_arg("sha"), status=status if status in queries.STATUSES else "",
     )
+
+
+def _text_arg(name: str) -> str:
+    # PostgreSQL refuses NUL in text parameters: such a filter could match nothing anyway.
+    value = request.args.get(name, "").strip()
+    return "" if "\x00" in value else value
 
 
 @blueprint.get("/")
 def runs() -> str:
     wanted = _filter_from_query()
-    page = request.args.get("page", "1")
-    found = queries.runs_page(wiring().store, wanted, int(page) if page.isdigit() else 1, readable_private_repos())
+    found = queries.runs_page(wiring().store, wanted, max(1, number_arg(request.args.get("page"), 1)),
+                              readable_private_repos())
     kept = {k: v for k, v in request.args.items() if k != "page" and v}
 
     def page_url(number: int) -> str:
