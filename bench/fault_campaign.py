@@ -36,6 +36,7 @@ from runners.docker_container import DEPLOYMENT_LABEL, LABEL  # noqa: E402
 from service.celery_app import QUEUES, RUN_JOB  # noqa: E402
 from service.devkit.sandbox.deliveries import pull_request_event  # noqa: E402
 from service.devkit.sandbox.main import FULL_NAME, REPO_ID, post_webhook, wait_until  # noqa: E402
+from service.devkit.sandbox.sample_index import write_sample_index  # noqa: E402
 from service.devkit.sandbox.sample_repo import SampleRepo, create_sample_repo  # noqa: E402
 from service.devkit.sandbox.stack import INSTALLATION_ID, Stack  # noqa: E402
 from service.store import Job, Store  # noqa: E402
@@ -47,6 +48,8 @@ SAMPLE_REPOS: dict[Path, SampleRepo] = {}
 
 def open_pull_requests(stack: Stack, numbers: range) -> None:
     path = stack.root / "repos" / FULL_NAME
+    if not path.exists():
+        write_sample_index(stack.root / "index")  # the sample repository's dependency, as the sandbox serves it
     repo = create_sample_repo(path) if not path.exists() else SAMPLE_REPOS[path]
     SAMPLE_REPOS[path] = repo
     stack.emulator.add_repo(FULL_NAME)
@@ -65,7 +68,7 @@ def cpu_jobs(store: Store) -> list[Job]:
     return [j for j in store.jobs_in_state("queued", "running", "completed") if j.device == "cpu"]
 
 
-def kill_worker_mid_job(stack: Stack, store: Store, spared: set[str]) -> float | None:
+def kill_worker_mid_job(stack: Stack, store: Store, spared: set[str], expected_jobs: int) -> float | None:
     """SIGKILL the cpu worker while a job runs (a job not killed before); seconds until it runs again, as a new
     attempt. None when every job finished before one could be caught running."""
     def victim() -> Job | None:
@@ -73,8 +76,11 @@ def kill_worker_mid_job(stack: Stack, store: Store, spared: set[str]) -> float |
         return next((j for j in cpu_jobs(store) if j.state == "running" and j.suite != "repo" and j.id not in spared),
                     None)
 
-    wait_until(lambda: victim() is not None or all(j.state == "completed" for j in cpu_jobs(store)), DEADLINE_S,
-               "a running cpu job", 0.2)
+    def all_done() -> bool:
+        jobs = cpu_jobs(store)
+        return len(jobs) >= expected_jobs and all(j.state == "completed" for j in jobs)
+
+    wait_until(lambda: victim() is not None or all_done(), DEADLINE_S, "a running cpu job", 0.1)
     job = victim()
     if job is None:
         return None
@@ -82,7 +88,7 @@ def kill_worker_mid_job(stack: Stack, store: Store, spared: set[str]) -> float |
     time.sleep(1)  # inside the job: its container or process is up
     now = store.get_job(job.id)
     if now is None or now.state != "running" or now.attempt != job.attempt:
-        return kill_worker_mid_job(stack, store, spared)  # it finished meanwhile: catch another one
+        return kill_worker_mid_job(stack, store, spared, expected_jobs)  # it finished meanwhile: catch another one
     killed_at = time.monotonic()
     stack.kill("worker-cpu", signal.SIGKILL)
     stack.respawn("worker-cpu")
@@ -155,7 +161,8 @@ def main() -> int:
         redis = kill_redis_with_jobs_queued(stack, store)
         open_pull_requests(stack, range(half + 1, args.prs + 1))  # the second half meets the worker kills
         spared: set[str] = set()
-        kills = [kill_worker_mid_job(stack, store, spared) for _ in range(args.worker_kills)]
+        expected = 2 * args.prs  # the sample repository's correctness and repo jobs on cpu
+        kills = [kill_worker_mid_job(stack, store, spared, expected) for _ in range(args.worker_kills)]
         worker = [s for s in kills if s is not None]
 
         def settled() -> bool:

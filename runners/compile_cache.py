@@ -21,9 +21,10 @@ import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,6 +127,30 @@ class RepoCache:
             subprocess.run(["cp", "-a", "--reflink=auto", f"{self.trusted_dir}/.", str(dest)], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
+    def writing_marker(self, job_id: str) -> Path:
+        return self.base / "writing" / slug(job_id)
+
+    def begin_writing(self, job_id: str, holder: str) -> None:
+        """A trusted job is about to write: if it does not end cleanly, what it half-wrote must not be kept."""
+        marker = self.writing_marker(job_id)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(holder)
+
+    def discard_unfinished(self, active: Callable[[str, str], bool]) -> list[str]:
+        """Empty trusted/ when a trusted job that wrote to it did not end cleanly and is not running any more (its
+        worker was killed, its container killed mid-compile): torch loads a truncated `.so` or module it finds there
+        and fails every later job ("file too short"). Under the lock; returns the jobs whose writes were dropped."""
+        writing = self.base / "writing"
+        stale = [m for m in writing.iterdir() if not active(m.name, m.read_text())] if writing.is_dir() else []
+        if stale:
+            shutil.rmtree(self.trusted_dir, ignore_errors=True)
+            self.trusted_dir.mkdir(parents=True, exist_ok=True)
+            for marker in stale:
+                marker.unlink(missing_ok=True)
+            log.warning("compile cache %s: dropped after unfinished trusted job(s) %s", self.base,
+                        ", ".join(m.name for m in stale))
+        return [m.name for m in stale]
+
     def evict(self, cap_mb: int) -> int:
         """Bring trusted/ under cap_mb, least recently used files first; returns the bytes removed."""
         with self.locked():
@@ -138,31 +163,44 @@ class JobCache:
 
     repo: RepoCache
     scope: CacheScope
+    job_id: str
     directory: Path | None  # what the job reads and writes (a bind mount), or None for an overlay
     layer: Path | None = None  # an untrusted job's throwaway layer
     overlay_options: str = ""  # lowerdir=trusted,upperdir=...,workdir=... for the engine to mount
 
-    def close(self) -> None:
-        """An untrusted job's layer is never merged back: it goes. A trusted job's writes stay, under the cap."""
+    def close(self, clean: bool = True) -> None:
+        """An untrusted job's layer is never merged back: it goes. A trusted job's writes stay, under the cap, when
+        it ended cleanly (it exited by itself); killed at its limit, cancelled or out of memory, it may have left a
+        half-written module or object, so the repository's cache is dropped (the next job starts cold, not broken)."""
         if self.layer is not None:
             shutil.rmtree(self.layer, ignore_errors=True)
             return
         try:
+            with self.repo.locked():
+                if not clean:
+                    shutil.rmtree(self.repo.trusted_dir, ignore_errors=True)
+                    self.repo.trusted_dir.mkdir(parents=True, exist_ok=True)
+                self.repo.writing_marker(self.job_id).unlink(missing_ok=True)
             self.repo.evict(self.scope.cap_mb)
         except OSError:
             # The job's result stands; the next trusted job of the repository tries again.
             log.warning("compile cache %s: eviction failed", self.repo.base, exc_info=True)
 
 
-def open_job_cache(scope: CacheScope, runner_key: str, job_id: str, layer_kind: str, uid: int | None) -> JobCache:
+def open_job_cache(scope: CacheScope, runner_key: str, job_id: str, layer_kind: str, uid: int | None,
+                   active: Callable[[str, str], bool] = lambda job, holder: False) -> JobCache:
     """Resolve a job's scope to directories. layer_kind ("overlay" | "copy") says how an untrusted job reads the
-    trusted cache; uid, when given, is the job's user, handed the directories it may write."""
+    trusted cache; uid, when given, is the job's user, handed the directories it may write. `active(job, holder)`:
+    whether another trusted job that marked itself writing (with `holder`, see begin_writing) still runs."""
     repo = RepoCache.of(scope, runner_key)
+    with repo.locked():
+        repo.trusted_dir.mkdir(parents=True, exist_ok=True)
+        repo.discard_unfinished(active)
+        if scope.trusted:
+            repo.begin_writing(job_id, f"{socket.gethostname()}:{os.getpid()}")
     if scope.trusted:
-        with repo.locked():
-            repo.trusted_dir.mkdir(parents=True, exist_ok=True)
         hand_to(repo.trusted_dir, uid)
-        return JobCache(repo, scope, repo.trusted_dir)
+        return JobCache(repo, scope, job_id, repo.trusted_dir)
     if layer_kind == "overlay" and any(c in str(repo.base) for c in ",:"):
         # Overlay options are comma and colon separated: such a path would mount other directories.
         raise CacheScopeError(f"an overlay cannot be mounted under a path holding ',' or ':': {repo.base}")
@@ -171,14 +209,26 @@ def open_job_cache(scope: CacheScope, runner_key: str, job_id: str, layer_kind: 
     if layer_kind == "copy":
         repo.copy_trusted(layer / "copy")
         hand_to(layer / "copy", uid)
-        return JobCache(repo, scope, layer / "copy", layer)
+        return JobCache(repo, scope, job_id, layer / "copy", layer)
     upper, work = layer / "upper", layer / "work"
     upper.mkdir()
     work.mkdir()
     hand_to(upper, uid)  # the merged root takes the upper directory's owner
     paths = (str(repo.trusted_dir), str(upper), str(work))
     # The trusted directory is the overlay's lower layer: the job reads it, every write lands in upper/.
-    return JobCache(repo, scope, None, layer, "lowerdir={},upperdir={},workdir={}".format(*paths))
+    return JobCache(repo, scope, job_id, None, layer, "lowerdir={},upperdir={},workdir={}".format(*paths))
+
+
+def process_alive(holder: str) -> bool:
+    """Whether a `host:pid` holder is a live (not zombie) process of this host; another host's is assumed alive."""
+    host, _, pid = holder.partition(":")
+    if host != socket.gethostname():
+        return True
+    try:
+        with open(f"/proc/{int(pid)}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, ValueError, IndexError):
+        return False
 
 
 def hand_to(path: Path, uid: int | None) -> None:

@@ -90,6 +90,7 @@ class DockerRunner:
         name = container_name(spec.job_id)
         container = None
         cache: _JobCache | None = None
+        clean = False  # whether the job ended by itself: only then are its trusted cache writes kept
         try:
             hand_to(spec.output_dir, RUNNER_UID)  # the job runs as uid 10001
             self._remove(name)  # a stale container from a crashed attempt holds the name
@@ -111,6 +112,8 @@ class DockerRunner:
             state = container.attrs["State"]
             exit_code = int(state["ExitCode"])
             duration = time.monotonic() - start
+            # 124/137: its own deadline (coreutils' timeout) or a SIGKILL ended it, maybe mid-write.
+            clean = outcome.kind == "exited" and not state.get("OOMKilled") and exit_code not in (124, 137)
             if exit_code in (126, 127) and _first_line(spec.log_path).startswith(WRAPPER_FAILED):
                 return self._infra(start, f"the job's command cannot start: {_first_line(spec.log_path)}")
             return RunResult(exit_code, duration, timed_out=outcome.kind == "timeout",
@@ -127,12 +130,13 @@ class DockerRunner:
         finally:
             self._remove(name)
             if cache is not None:
-                self._release_cache(cache)
+                self._release_cache(cache, clean)
 
     def _prepare_cache(self, spec: RunSpec) -> _JobCache | None:
         if spec.cache is None:
             return None
-        cache = open_job_cache(spec.cache, self.cache_key(spec.device), spec.job_id, self.untrusted_layer, RUNNER_UID)
+        cache = open_job_cache(spec.cache, self.cache_key(spec.device), spec.job_id, self.untrusted_layer, RUNNER_UID,
+                               lambda job, _holder: self._container_exists(container_name(job)))
         if cache.directory is not None:
             return _JobCache(docker.types.Mount(CACHE_MOUNT, str(cache.directory), type="bind"), cache)
         volume = "compile-ci-cache-" + slug(spec.job_id)
@@ -146,10 +150,17 @@ class DockerRunner:
             raise
         return _JobCache(docker.types.Mount(CACHE_MOUNT, volume, type="volume", no_copy=True), cache, volume)
 
-    def _release_cache(self, job_cache: _JobCache) -> None:
+    def _release_cache(self, job_cache: _JobCache, clean: bool) -> None:
         if job_cache.volume is not None:
             self._remove_volume(job_cache.volume)
-        job_cache.cache.close()
+        job_cache.cache.close(clean)
+
+    def _container_exists(self, name: str) -> bool:
+        try:
+            self.client.containers.get(name)
+            return True
+        except docker.errors.NotFound:
+            return False
 
     def _remove_volume(self, volume: str) -> None:
         try:

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from runners.compile_cache import JobCache, open_job_cache
+from runners.compile_cache import JobCache, open_job_cache, process_alive
 from runners.protocol import RunResult, RunSpec, ShouldCancel
 
 # The worker's environment holds the webhook secret and the App's private key; the job gets none
@@ -41,10 +41,12 @@ class LocalRunner:
         env.update(spec.env)
         start = time.monotonic()
         cache: JobCache | None = None
+        outcome = "not started"
         try:
             if spec.cache is not None:
                 # "copy": an untrusted job never gets the trusted directory itself, only a throwaway copy of it.
-                cache = open_job_cache(spec.cache, self.cache_key(spec.device), spec.job_id, "copy", None)
+                cache = open_job_cache(spec.cache, self.cache_key(spec.device), spec.job_id, "copy", None,
+                                       lambda _job, holder: process_alive(holder))
                 assert cache.directory is not None
                 env.update({"TORCHINDUCTOR_CACHE_DIR": str(cache.directory / "inductor"),
                             "TRITON_CACHE_DIR": str(cache.directory / "triton")})
@@ -64,7 +66,8 @@ class LocalRunner:
             return RunResult(None, time.monotonic() - start, infra_error=f"the job's compile cache failed: {exc}")
         finally:
             if cache is not None:
-                cache.close()
+                # Only a job that exited by itself keeps what it wrote to the trusted cache.
+                cache.close(clean=outcome == "exited")
         duration = time.monotonic() - start
         shutil.rmtree(scratch, ignore_errors=True)
         if outcome == "timeout":

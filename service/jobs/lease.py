@@ -74,10 +74,10 @@ def held_by_a_dead_process_here(holder: str) -> bool:
 
 
 def _alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (a killed worker's pool child may linger as one, unreaped)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
         return False
-    except PermissionError:
-        return True
-    return True
+    return state not in ("Z", "X")

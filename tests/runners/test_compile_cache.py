@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -130,3 +132,38 @@ def test_a_scope_that_cannot_be_mounted_is_an_infrastructure_error(docker_runner
     result = docker_runner.run(spec)
     assert result.infra_error and "compile cache" in result.infra_error
     assert not list((tmp_path / "odd,dir").rglob("layers")), "nothing of the refused job is left"
+
+
+HALF_WRITE = ("import os, pathlib, time\n"
+              "cache = pathlib.Path(os.environ['TORCHINDUCTOR_CACHE_DIR'])\n"
+              "cache.mkdir(parents=True, exist_ok=True)\n"
+              "(cache / 'kernel.so').write_bytes(b'\\x7fELF')  # a link the kill cut short\n"
+              "print('written', flush=True)\n"
+              "time.sleep(600)\n")
+
+
+def test_a_trusted_job_killed_mid_write_leaves_nothing_half_written(runner: Runner, tmp_path: Path) -> None:
+    scope = CacheScope(tmp_path / "cache", "101", TRUSTED, cap_mb=64)
+    trusted = RepoCache.of(scope, runner.cache_key("cpu")).trusted_dir
+    clean = RunSpec(job_id="clean", command=(runner.python, "-c", FILL), checkout_dir=tmp_path,
+                    output_dir=tmp_path / "out-clean", timeout_s=120, cache=scope)
+    assert runner.run(clean).exit_code == 0 and (trusted / "inductor" / "entry2.bin").exists()
+    killed = RunSpec(job_id="killed", command=(runner.python, "-c", HALF_WRITE), checkout_dir=tmp_path,
+                     output_dir=tmp_path / "out-killed", timeout_s=8, cache=scope)
+    assert runner.run(killed).timed_out and "written" in killed.log_path.read_text()
+    # torch would load the truncated kernel.so ("file too short") in every later job: the cache is dropped instead.
+    assert list(trusted.rglob("*")) == []
+
+
+def test_an_unfinished_trusted_job_of_a_dead_worker_is_dropped_at_the_next_job(runner: Runner, tmp_path: Path) -> None:
+    scope = CacheScope(tmp_path / "cache", "101", TRUSTED, cap_mb=64)
+    repo = RepoCache.of(scope, runner.cache_key("cpu"))
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    repo.trusted_dir.mkdir(parents=True)
+    (repo.trusted_dir / "kernel.so").write_bytes(b"\x7fELF")  # left by a job whose worker was SIGKILLed
+    repo.begin_writing("ghost-job", f"{socket.gethostname()}:{gone.pid}")  # no such process, no such container
+    spec = RunSpec(job_id="next", command=(runner.python, "-c", "print('ok')"), checkout_dir=tmp_path,
+                   output_dir=tmp_path / "out", timeout_s=120, cache=scope)
+    assert runner.run(spec).exit_code == 0
+    assert not (repo.trusted_dir / "kernel.so").exists() and not repo.writing_marker("ghost-job").exists()
