@@ -112,5 +112,5 @@ def _queued(ctx: WorkerContext, job: Job, now: datetime, waiting: set[str]) -> s
     if job.id in waiting or job.queued_at + MESSAGE_IN_FLIGHT > now:
         return None
     if lifecycle.requeue_lost(ctx.store, job, ""):
-        ctx.queue.run_job(job.id, job.device, first=True)  # it lost its place in the line, not its turn
+        ctx.queue.run_job(job.id, job.device, again=True)  # its message was lost, not its place in line
     return f"{job.id}: queued with no message in the broker; sent again"
