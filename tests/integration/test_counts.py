@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import re
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
-from celery.contrib.testing.worker import start_worker
 
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.sample_repo import commit_file
-from service.devkit.sandbox.stack import INSTALLATION_ID
-from service.jobs.tasks import create_worker_celery
 from service.store import Store, job_id_of_external
+from tests.integration.suite_worker import worker_running_suite
 from tests.integration.test_pipeline import FULL_NAME, await_check_runs, open_pr, repo  # noqa: F401 - fixture
 
 EVERY_OUTCOME = '''
@@ -54,14 +51,7 @@ def test_passes():
 
 @pytest.fixture
 def outcomes_worker(settings: Settings, tmp_path: Path, emulator: GitHubEmulator) -> Iterator[None]:
-    suite = tmp_path / "outcome-suites" / "correctness"
-    suite.mkdir(parents=True)
-    (suite / "test_outcomes.py").write_text(textwrap.dedent(EVERY_OUTCOME))
-    emulator.add_repo(FULL_NAME)
-    emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
-    app = create_worker_celery(settings, suites_dir=suite.parent)
-    with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, shutdown_timeout=30,
-                      queues=["cpu", "github"]):
+    with worker_running_suite(settings, tmp_path, emulator, "test_outcomes.py", EVERY_OUTCOME):
         yield
 
 
