@@ -95,19 +95,26 @@ class Job(Base):
 
     @property
     def duration_s(self) -> float | None:
-        if self.started_at and self.finished_at:
-            return (self.finished_at - self.started_at).total_seconds()
-        return None
+        return duration_between(self.started_at, self.finished_at)
 
     @property
     def check_name(self) -> str:
-        return APPROVAL_CHECK if self.suite == APPROVAL_SUITE else f"{self.suite} ({self.device})"
+        return check_name_of(self.suite, self.device)
 
     @property
     def external_id(self) -> str:
         # The first check run of a job carries the job id; each re-run is a new check run, told apart by
         # its number so a lookup by external_id finds this generation's run and never an older one.
         return f"{self.id}{RERUN_SEP}{self.rerun}" if self.rerun else self.id
+
+
+def check_name_of(suite: str, device: str) -> str:
+    """The check run's name on GitHub: `<suite> (<device>)`, or the approval check."""
+    return APPROVAL_CHECK if suite == APPROVAL_SUITE else f"{suite} ({device})"
+
+
+def duration_between(started: datetime | None, finished: datetime | None) -> float | None:
+    return (finished - started).total_seconds() if started and finished else None
 
 
 def job_id_of_external(external_id: str) -> str:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from flask import abort
 
-from service.store import APPROVAL_CHECK, APPROVAL_SUITE, Job, Run
+from service.store import APPROVAL_SUITE, Job, Run
 from service.store.attempts import AttemptRecord, attempts_of
+from service.store.rows import check_name_of, duration_between
 from service.web.browser.lookup import load_job, wiring
 
 MAX_ATTEMPT = 10_000
@@ -42,13 +43,11 @@ class AttemptView:
 
     @property
     def check_name(self) -> str:
-        return APPROVAL_CHECK if self.suite == APPROVAL_SUITE else f"{self.suite} ({self.device})"
+        return check_name_of(self.suite, self.device)
 
     @property
     def duration_s(self) -> float | None:
-        if self.started_at and self.finished_at:
-            return (self.finished_at - self.started_at).total_seconds()
-        return None
+        return duration_between(self.started_at, self.finished_at)
 
     @property
     def ran(self) -> bool:
