@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+from service.intake.router import field
 from service.jobs.context import JobQueue
 from service.jobs.lifecycle import RunState
 from service.store import NewRun, Run, Store
@@ -24,3 +26,14 @@ class HandlerDeps:
             # and recovers one whose first plan message was lost.
             self.queue.plan_run(run.id)
         return run
+
+
+def repository_of(payload: dict[str, Any]) -> dict[str, Any]:
+    """The repository and installation a run belongs to, as every event that starts one carries them."""
+    return {
+        "repo_full_name": field(payload, "repository.full_name", str),
+        "repo_id": field(payload, "repository.id", int),
+        "installation_id": field(payload, "installation.id", int),
+        "clone_url": field(payload, "repository.clone_url", str),
+        "private": bool(payload["repository"].get("private", False)),
+    }

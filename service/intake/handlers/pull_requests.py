@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.github.trust import author_is_trusted
-from service.intake.handlers.deps import HandlerDeps
+from service.intake.handlers.deps import HandlerDeps, repository_of
 from service.intake.router import Event, Outcome, Router, field
 from service.jobs.job_control import cancel_run
 from service.store import NewRun
@@ -19,11 +19,7 @@ def new_commit_to_check(event: Event, deps: HandlerDeps) -> Outcome:
         return Outcome("draft pull request: waits until it is marked ready for review")
     association = str(pr.get("author_association", "NONE"))
     new = NewRun(
-        repo_full_name=field(payload, "repository.full_name", str),
-        repo_id=field(payload, "repository.id", int),
-        installation_id=field(payload, "installation.id", int),
-        clone_url=field(payload, "repository.clone_url", str),
-        private=bool(payload["repository"].get("private", False)),
+        **repository_of(payload),
         trigger="pull_request",
         trigger_ref=f"pr/{field(payload, 'number', int)}",
         pr_number=field(payload, "number", int),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from service.intake.handlers.deps import HandlerDeps
+from service.intake.handlers.deps import HandlerDeps, repository_of
 from service.intake.router import Event, Outcome, Router, field
 from service.store import NewRun
 
@@ -21,11 +21,7 @@ def default_branch_pushed(event: Event, deps: HandlerDeps) -> Outcome:
     if payload.get("deleted") or after == NULL_SHA:
         return Outcome("branch deleted: nothing to check")
     new = NewRun(
-        repo_full_name=field(payload, "repository.full_name", str),
-        repo_id=field(payload, "repository.id", int),
-        installation_id=field(payload, "installation.id", int),
-        clone_url=field(payload, "repository.clone_url", str),
-        private=bool(payload["repository"].get("private", False)),
+        **repository_of(payload),
         trigger="push",
         trigger_ref=ref,
         pr_number=None,
