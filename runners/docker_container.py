@@ -35,9 +35,9 @@ TMPFS_MB = 4096
 
 
 def container_config(spec: RunSpec, image: str, cache: docker.types.Mount | None = None, deployment: str = "default",
-                     deadline_slack_s: int = DEADLINE_SLACK_S) -> dict[str, Any]:
+                     deadline_slack_s: int = DEADLINE_SLACK_S, gpus: tuple[str, ...] = ()) -> dict[str, Any]:
     """Everything `containers.create` gets for a job. `cache`: the job's compile cache, already resolved to its
-    repository and trust class (DockerRunner._prepare_cache)."""
+    repository and trust class (DockerRunner._prepare_cache); `gpus`: the worker's GPUs (empty: all of them)."""
     paths = _path_map(spec)
     mounts = [
         docker.types.Mount(CHECKOUT_MOUNT, str(spec.checkout_dir), type="bind", read_only=True),
@@ -82,7 +82,9 @@ def container_config(spec: RunSpec, image: str, cache: docker.types.Mount | None
         "detach": True,
     }
     if spec.device == "cuda":
-        config["device_requests"] = [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+        # The NVIDIA toolkit exposes exactly the worker's GPUs (renumbered from 0 inside the container).
+        wanted = {"device_ids": list(gpus)} if gpus else {"count": -1}
+        config["device_requests"] = [docker.types.DeviceRequest(capabilities=[["gpu"]], **wanted)]
     return config
 
 

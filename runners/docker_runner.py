@@ -55,7 +55,7 @@ class DockerRunner:
     python = "python"  # the image's interpreter (on its PATH)
 
     def __init__(self, images: Mapping[str, str] | None = None, client: docker.DockerClient | None = None,
-                 untrusted_layer: str = "overlay", deployment: str = "default") -> None:
+                 untrusted_layer: str = "overlay", deployment: str = "default", gpus: tuple[str, ...] = ()) -> None:
         if untrusted_layer not in UNTRUSTED_LAYERS:
             raise ValueError(f"untrusted_layer must be one of {UNTRUSTED_LAYERS}, got {untrusted_layer!r}")
         self.images = {**DEFAULT_IMAGES, **(images or {})}
@@ -64,6 +64,7 @@ class DockerRunner:
         self.untrusted_layer = untrusted_layer
         self._client = client
         self.deployment = deployment
+        self.gpus = gpus
         self._torch_versions: dict[str, str] = {}
 
     @property
@@ -96,7 +97,7 @@ class DockerRunner:
             self._remove(name)  # a stale container from a crashed attempt holds the name
             cache = self._prepare_cache(spec)
             mount = cache.mount if cache is not None else None
-            config = container_config(spec, self.images[spec.device], mount, self.deployment)
+            config = container_config(spec, self.images[spec.device], mount, self.deployment, gpus=self.gpus)
             container = self.client.containers.create(**config)
             container.start()
             with open(spec.log_path, "ab") as log:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from runners.compile_cache import JobCache, open_job_cache, process_alive
+from runners.gpus import visible_devices
 from runners.protocol import RunResult, RunSpec, ShouldCancel
 
 # The worker's environment holds the webhook secret and the App's private key; the job gets none
@@ -26,8 +27,9 @@ class LocalRunner:
 
     name = "local"
 
-    def __init__(self, python: str = "") -> None:
+    def __init__(self, python: str = "", gpus: tuple[str, ...] = ()) -> None:
         self.python = python or sys.executable
+        self.gpus = gpus  # COMPILE_CI_GPUS: what a cuda job may see (empty: every GPU of the host)
 
     def cache_key(self, device: str) -> str:
         return f"local-{Path(self.python).name}"
@@ -39,6 +41,9 @@ class LocalRunner:
         env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
         env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"})
         env.update(spec.env)
+        visible = visible_devices(spec.device, self.gpus)
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
         start = time.monotonic()
         cache: JobCache | None = None
         outcome = "not started"

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from runners.gpus import parse_gpus
+
 PREFIX = "COMPILE_CI_"
 DEVICES = ("cpu", "cuda")
 RUNNERS = ("auto", "docker", "local")
@@ -72,6 +74,9 @@ class Settings:
     # auto: the DockerRunner wherever a Docker engine answers, else LocalRunner (trusted hosts only).
     runner: str = "auto"
     runner_python: str = ""
+    # The GPUs this worker's cuda jobs may use ("0", "1,2", GPU UUIDs); empty: all. One cuda worker per GPU on a
+    # host with several, so two jobs never share one.
+    gpus: tuple[str, ...] = ()
     runner_image_cpu: str = "compile-ci/runner-cpu:latest"
     runner_image_cuda: str = "compile-ci/runner-cuda:latest"
     max_job_minutes: int = 60
@@ -198,6 +203,11 @@ def _build(env: Mapping[str, str]) -> Settings:
     runner = _get(env, "RUNNER", "auto").lower()
     if runner not in RUNNERS:
         problems.append(f"COMPILE_CI_RUNNER must be one of {', '.join(RUNNERS)}, got {runner!r}")
+    try:
+        gpus = parse_gpus(_get(env, "GPUS"))
+    except ValueError as exc:
+        gpus = ()
+        problems.append(f"COMPILE_CI_GPUS must list GPU indexes or UUIDs, comma-separated: {exc}")
     template = _get(env, "CLONE_URL_TEMPLATE")
     if template and "{full_name}" not in template:
         problems.append("COMPILE_CI_CLONE_URL_TEMPLATE must contain {full_name}")
@@ -225,6 +235,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         devices=devices,
         runner=runner,
         runner_python=_get(env, "RUNNER_PYTHON"),
+        gpus=gpus,
         runner_image_cpu=_get(env, "RUNNER_IMAGE_CPU", "compile-ci/runner-cpu:latest"),
         runner_image_cuda=_get(env, "RUNNER_IMAGE_CUDA", "compile-ci/runner-cuda:latest"),
         max_job_minutes=_int(env, "MAX_JOB_MINUTES", 60, problems),

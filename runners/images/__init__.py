@@ -41,6 +41,9 @@ class ImageRecipe:
     dockerfile: Path
     sources: tuple[str, ...]  # repository paths copied into the build context
     requirements: tuple[str, ...]  # what pip downloads on the host for an air-gapped build
+    # The host's find-links may hold a local CPU torch wheel (2.13.0+cpu sorts above 2.13.0): a CUDA image's torch
+    # must come from the index, with its CUDA libraries, so its download ignores them.
+    host_find_links: bool = True
 
 
 def recipes() -> dict[str, ImageRecipe]:
@@ -49,7 +52,7 @@ def recipes() -> dict[str, ImageRecipe]:
         "cpu": ImageRecipe("cpu", "compile-ci/runner-cpu:latest", IMAGES_DIR / "cpu" / "Dockerfile",
                            ("suites",), (TORCH_PIN, *RUNNER_EXTRAS)),
         "cuda": ImageRecipe("cuda", "compile-ci/runner-cuda:latest", IMAGES_DIR / "cuda" / "Dockerfile",
-                            ("suites",), (TORCH_PIN, *RUNNER_EXTRAS)),
+                            ("suites",), (TORCH_PIN, *RUNNER_EXTRAS), host_find_links=False),
         # setuptools: `pip install .` builds the project in an isolated environment, offline too.
         "service": ImageRecipe("service", "compile-ci/service:latest", REPO_ROOT / "Dockerfile",
                                ("pyproject.toml", "README.md", "service", "runners", "suites"),
@@ -125,11 +128,30 @@ def build_context(recipe: ImageRecipe, offline_base: str | None) -> Iterator[Pat
                 shutil.copy(src, context / source)
         (context / "wheels").mkdir()
         if offline_base is not None:
-            download(recipe.requirements, context / "wheels", offline_base)
+            cache = wheel_cache(recipe)
+            download(recipe.requirements, cache, offline_base, recipe.host_find_links)
+            for wheel in cache.glob("*.whl"):  # hard links: a CUDA image's GBs are not copied per build
+                _link_or_copy(wheel, context / "wheels" / wheel.name)
         yield context
 
 
-def download(requirements: tuple[str, ...], dest: Path, base: str) -> None:
+def wheel_cache(recipe: ImageRecipe) -> Path:
+    """Where a recipe's wheels stay between builds ($COMPILE_CI_WHEEL_CACHE/<image>, else the user's cache): pip
+    skips what is already there, so a rebuild of the CUDA image downloads nothing."""
+    root = os.environ.get("COMPILE_CI_WHEEL_CACHE") or os.path.join(Path.home(), ".cache", "compile-ci", "wheels")
+    path = Path(root) / recipe.name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _link_or_copy(src: Path, dest: Path) -> None:
+    try:
+        os.link(src, dest)
+    except OSError:
+        shutil.copy(src, dest)
+
+
+def download(requirements: tuple[str, ...], dest: Path, base: str, host_find_links: bool = True) -> None:
     """pip in the base image, with the host's pip settings, fetches every wheel the offline build will install.
 
     Run in the base rather than on the host so that environment markers (e.g. `python_full_version < "3.11.3"`)
@@ -137,6 +159,9 @@ def download(requirements: tuple[str, ...], dest: Path, base: str) -> None:
     mounted read-only at the same paths, so the host's configuration applies unchanged.
     """
     env, paths = host_pip_settings()
+    if not host_find_links:
+        links = env.pop("PIP_FIND_LINKS", "").split()
+        paths = [p for p in paths if p not in {item.removeprefix("file://").rstrip("/") for item in links}]
     mounts = [arg for path in paths for arg in ("-v", f"{path}:{path}:ro")]
     envs = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
     _run(["docker", "run", "--rm", "--network", "host", "--user", f"{os.getuid()}:{os.getgid()}",

@@ -48,17 +48,17 @@ def select_runner(settings: Settings, claims: Leases | None = None) -> Runner:
     containers, and running ones whose job lease no live worker holds.
     """
     if settings.runner == "local":
-        return LocalRunner(settings.runner_python)
+        return LocalRunner(settings.runner_python, settings.gpus)
     # Imported here: a worker that never uses Docker needs neither the SDK nor an engine.
     from runners.docker_runner import DockerRunner
 
     images = {"cpu": settings.runner_image_cpu, "cuda": settings.runner_image_cuda}
-    docker_runner = DockerRunner(images, deployment=settings.deployment)
+    docker_runner = DockerRunner(images, deployment=settings.deployment, gpus=settings.gpus)
     if settings.runner == "docker" or docker_runner.engine_answers():
         docker_runner.sweep_leftovers_quietly(orphaned_jobs(claims) if claims is not None else None)
         return docker_runner
     log.warning("COMPILE_CI_RUNNER=auto: no Docker engine answers; jobs run with LocalRunner on this host")
-    return LocalRunner(settings.runner_python)
+    return LocalRunner(settings.runner_python, settings.gpus)
 
 
 def _retry_later(task: Task, exc: TransientGitHubError) -> None:
