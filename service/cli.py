@@ -20,6 +20,13 @@ def main(argv: list[str] | None = None) -> int:
     sandbox = sub.add_parser("sandbox", help="run two sample pull requests end to end against the GitHub emulator")
     sandbox.add_argument("--dir", type=Path, help="working directory (default: a new temporary one)")
     sandbox.add_argument("--keep-running", action="store_true", help="keep the services up to browse the pages")
+    sandbox.add_argument("--devices", default="cpu", choices=("cpu", "cpu,cuda"),
+                         help="workers to start: cpu, or cpu,cuda on a GPU host (default: %(default)s)")
+    sandbox.add_argument("--cuda-workers", type=int, default=1,
+                         help="cuda workers, each pinned to one GPU when more than one (default: %(default)s)")
+    sandbox.add_argument("--declared", action="store_true",
+                         help="also the declared-targets sample through all six suites (on cuda with cpu,cuda)")
+    sandbox.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the check runs")
     web = sub.add_parser("web", help="serve the webhook and the pages with gunicorn")
     web.add_argument("--bind", default="0.0.0.0:8000", help="HOST:PORT to listen on (default: %(default)s)")
     web.add_argument("--workers", type=int, default=4, help="gunicorn worker processes (default: %(default)s)")
@@ -51,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "sandbox":
         from service.devkit.sandbox.main import run_sandbox
 
-        return run_sandbox(args.dir, keep_running=args.keep_running)
+        return run_sandbox(args.dir, keep_running=args.keep_running, timeout_s=args.timeout, devices=args.devices,
+                           cuda_workers=args.cuda_workers, declared=args.declared)
     if args.command == "web":
         _validated_settings()
         from service.web.serving import gunicorn_command

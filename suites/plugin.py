@@ -192,6 +192,9 @@ def record_environment(output_dir: Path) -> None:
         "device": os.environ.get("COMPILE_CI_DEVICE", "").strip().lower() or "cpu",
         "device_name": torch.cuda.get_device_name(0) if cuda else platform.processor() or platform.machine(),
         "cuda_version": torch.version.cuda,
+        # Which physical GPU: a host with several runs one cuda worker per GPU (COMPILE_CI_GPUS).
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "device_uuid": str(torch.cuda.get_device_properties(0).uuid) if cuda else None,
     }
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "environment.json").write_text(json.dumps(info, indent=2))

@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from service.devkit.github_emulator import GitHubEmulator
+from service.devkit.sandbox.declared import FULL_NAME as DECLARED_NAME
+from service.devkit.sandbox.declared import SUITES as DECLARED_SUITES
+from service.devkit.sandbox.declared import generated_code_summary, open_declared_pull_request, save_pages
 from service.devkit.sandbox.deliveries import pull_request_event, signed
 from service.devkit.sandbox.sample_index import write_sample_index
 from service.devkit.sandbox.sample_repo import SampleRepo, create_sample_repo
@@ -95,35 +98,62 @@ class Progress:
                   flush=True)
 
 
-def wait_for_check_runs(stack: Stack, count: int, timeout_s: float,
-                        progress: Progress | None = None) -> list[dict[str, Any]]:
+def wait_for_check_runs(stack: Stack, count: int, timeout_s: float, progress: Progress | None = None,
+                        repos: tuple[str, ...] = (FULL_NAME,)) -> list[dict[str, Any]]:
+    def every_run() -> list[dict[str, Any]]:
+        return [run for name in repos for run in stack.emulator.check_runs(name)]
+
     def all_completed() -> bool:
         stack.check_alive()
-        runs = stack.emulator.check_runs(FULL_NAME)
+        runs = every_run()
         if progress is not None:
             progress.show(runs)
         return len(runs) >= count and all(r["status"] == "completed" for r in runs)
 
     wait_until(all_completed, timeout_s, "the check runs to complete")
-    return stack.emulator.check_runs(FULL_NAME)
+    return every_run()
 
 
-def run_sandbox(root: Path | None = None, keep_running: bool = False, timeout_s: float = 900.0) -> int:
+def run_sandbox(root: Path | None = None, keep_running: bool = False, timeout_s: float = 900.0,
+                devices: str = "cpu", cuda_workers: int = 1, declared: bool = False) -> int:
+    """`devices`: what this sandbox has workers for ("cpu" or "cpu,cuda"; cuda needs a GPU host). `declared`: also
+    the declared-targets sample through all six suites, on cuda when the sandbox has it."""
     root = root or Path(tempfile.mkdtemp(prefix="compile-ci-sandbox-"))
     started = time.monotonic()
+    has_cuda = "cuda" in devices.split(",")
     print(f"compile-ci sandbox in {root}", flush=True)
-    with Stack(root) as stack:
+    with Stack(root, devices=devices, cuda_workers=cuda_workers) as stack:
         print(f"  web service  {stack.web_url}\n  GitHub emulator  {stack.emulator.url}\n  redis  {stack.redis_url}")
         repo, pulls = open_sample_pull_requests(stack)
+        declared_device = "cuda" if has_cuda else "cpu"
+        declared_repo = open_declared_pull_request(stack, declared_device, post_webhook) if declared else None
+        if declared_repo is not None:
+            pulls[declared_repo.head_sha] = 3
         print("\nCheck runs as they change:", flush=True)
-        check_runs = wait_for_check_runs(stack, CHECK_RUNS, timeout_s, Progress(pulls, started))
+        repos = (FULL_NAME, DECLARED_NAME) if declared else (FULL_NAME,)
+        expected = CHECK_RUNS + (len(DECLARED_SUITES) if declared else 0)
+        check_runs = wait_for_check_runs(stack, expected, timeout_s, Progress(pulls, started), repos)
         print("\nCheck runs on GitHub (emulated):")
         print_check_runs(check_runs, pulls)
-        ok = _as_expected(check_runs, repo.good_sha, repo.buggy_sha) and not stack.emulator.errors
+        ok = _as_expected(check_runs, repo.good_sha, repo.buggy_sha, ("cpu", "cuda") if has_cuda else ("cpu",))
+        if declared_repo is not None:
+            ok = ok and _declared_as_expected(check_runs, declared_repo.head_sha, declared_device)
+        ok = ok and not stack.emulator.errors
         for error in stack.emulator.errors:
             print(f"  emulator error: {error}")
-        print(f"\n{'OK' if ok else 'UNEXPECTED'}: PR #1 passes (suites, own tests), PR #2 fails on its buggy model "
-              f"({time.monotonic() - started:.0f} s). Logs of every process are in {root}.")
+        for device in ("cpu", "cuda") if has_cuda else ("cpu",):
+            code = generated_code_summary(stack.root / "data" / "artifacts", device)
+            print(f"  generated code ({device}): " + ", ".join(f"{k} {v}" for k, v in code.items()))
+            if device == "cuda" or declared:
+                for line in save_pages(stack.web_url, check_runs, device, stack.root / "pages"):
+                    print(f"  {line}")
+        what = "PR #1 passes (suites, own tests), PR #2 fails on its buggy model"
+        if has_cuda:
+            what += ", on cpu and on cuda"
+        if declared_repo is not None:
+            what += f"; the declared targets pass all six suites on {declared_device}"
+        print(f"\n{'OK' if ok else 'UNEXPECTED'}: {what} ({time.monotonic() - started:.0f} s). "
+              f"Logs of every process are in {root}.")
         if keep_running:
             print(f"Browse {stack.web_url}/ ; Ctrl-C (or SIGTERM, SIGHUP) stops everything.", flush=True)
             try:
@@ -134,12 +164,21 @@ def run_sandbox(root: Path | None = None, keep_running: bool = False, timeout_s:
     return 0 if ok else 1
 
 
-def _as_expected(check_runs: list[dict[str, Any]], good_sha: str, buggy_sha: str) -> bool:
-    cpu = {r["head_sha"]: r for r in check_runs if r["name"] == "correctness (cpu)"}
-    own = {r["head_sha"]: r for r in check_runs if r["name"] == "repo (cpu)"}
-    return (
-        cpu.get(good_sha, {}).get("conclusion") == "success"
-        and own.get(good_sha, {}).get("conclusion") == "success"  # its own tests import it and its dependency
-        and cpu.get(buggy_sha, {}).get("conclusion") == "failure"
-        and "counting_scale" in (cpu[buggy_sha]["output"].get("summary") or "")
-    )
+def _as_expected(check_runs: list[dict[str, Any]], good_sha: str, buggy_sha: str,
+                 devices: tuple[str, ...] = ("cpu",)) -> bool:
+    for device in devices:
+        suite = {r["head_sha"]: r for r in check_runs if r["name"] == f"correctness ({device})"}
+        own = {r["head_sha"]: r for r in check_runs if r["name"] == f"repo ({device})"}
+        if not (
+            suite.get(good_sha, {}).get("conclusion") == "success"
+            and own.get(good_sha, {}).get("conclusion") == "success"  # its own tests import it and its dependency
+            and suite.get(buggy_sha, {}).get("conclusion") == "failure"
+            and "counting_scale" in (suite[buggy_sha]["output"].get("summary") or "")
+        ):
+            return False
+    return True
+
+
+def _declared_as_expected(check_runs: list[dict[str, Any]], head_sha: str, device: str) -> bool:
+    mine = {r["name"]: r for r in check_runs if r["head_sha"] == head_sha}
+    return all(mine.get(f"{suite} ({device})", {}).get("conclusion") == "success" for suite in DECLARED_SUITES)

@@ -64,11 +64,13 @@ class Stack:
     """Starts what the service needs under `root`; `stop()` ends all of it, in reverse order."""
 
     def __init__(self, root: Path, *, devices: str = "cpu", web_workers: int = 2, workers: bool = True,
-                 web_threads: int = DEFAULT_THREADS) -> None:
+                 web_threads: int = DEFAULT_THREADS, cuda_workers: int = 1) -> None:
         self.root = root
         self.web_threads = web_threads
         self.with_workers = workers
         self.devices = devices
+        # With "cuda" in devices: this many cuda workers, each pinned to one GPU (COMPILE_CI_GPUS) when > 1.
+        self.cuda_workers = cuda_workers
         self.web_workers = web_workers
         self.webhook_secret = secrets.token_hex(20)
         self.private_key, public_key = app_keypair()
@@ -162,6 +164,11 @@ class Stack:
         # Reports never wait behind a long job: the github queue has its own (threaded) worker.
         self._spawn("worker-github", [*worker, "-Q", "github", "-P", "threads", "-c", "4", "-n", "github@%h"])
         self._spawn("worker-cpu", [*worker, "-Q", "cpu", "-c", "1", "-n", "cpu@%h"])
+        if "cuda" in self.devices.split(","):
+            for index in range(self.cuda_workers):
+                pinned = {"COMPILE_CI_GPUS": str(index)} if self.cuda_workers > 1 else {}
+                self._spawn(f"worker-cuda{index}", [*worker, "-Q", "cuda", "-c", "1", "-n", f"cuda{index}@%h"],
+                            pinned)
         # The reaper's schedule: exactly one beat, as in a deployment.
         schedule = str(self.root / "data" / "celerybeat-schedule")
         self._spawn("beat", [*celery, "beat", "--loglevel", "INFO", "-s", schedule])
