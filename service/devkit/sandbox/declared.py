@@ -73,8 +73,8 @@ def open_declared_pull_request(stack: Any, device: str, post: Any) -> DeclaredRe
 
 
 def generated_code_summary(artifacts: Path, device: str) -> dict[str, int]:
-    """Per suite: how many generated-code files its last attempt kept, and how many hold Triton kernels (cuda) or
-    C++ kernels (cpu): the job pages list exactly these files."""
+    """Per job (`<run> <suite>`): how many generated-code files its last attempt kept, and how many hold Triton
+    kernels (cuda) or C++ kernels (cpu): the job pages list exactly these files."""
     marker = "@triton.jit" if device == "cuda" else "cpp_fused"
     summary: dict[str, int] = {}
     for job_dir in sorted(p for p in artifacts.glob("*/*") if p.name.endswith(f"-{device}") and p.is_dir()):
@@ -83,9 +83,9 @@ def generated_code_summary(artifacts: Path, device: str) -> dict[str, int]:
             continue
         files = list(attempts[-1].glob("tests/*/output_code_*.py"))
         with_kernels = sum(1 for f in files if marker in f.read_text(errors="replace"))
-        suite = job_dir.name.rsplit("-", 1)[0].split("-", 1)[-1]
-        summary[f"{suite}: files"] = len(files)
-        summary[f"{suite}: with kernels"] = with_kernels
+        job = f"{job_dir.parent.name[:6]} {job_dir.name.rsplit('-', 1)[0].split('-', 1)[-1]}"
+        summary[f"{job}: files"] = len(files)
+        summary[f"{job}: with kernels"] = with_kernels
     return summary
 
 
