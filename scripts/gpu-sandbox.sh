@@ -36,6 +36,10 @@ if [ "$action" = prepare ]; then
   python3 -m pip download --quiet --only-binary=:all: --python-version "$version" --implementation cp \
     "${platforms[@]}" -d "$dir/wheels" -r "$dir/requirements.txt"
   (cd "$dir/debs" && apt-get download redis-tools libjemalloc2 liblzf1 >/dev/null)
+  # The GitHub fixtures the emulator and the sandbox's deliveries read (../shared beside the checkout, or
+  # COMPILE_CI_SHARED_DIR): the GPU host may have no such folder.
+  shared="${COMPILE_CI_SHARED_DIR:-../shared}"
+  mkdir -p "$dir/shared/fixtures" && cp -r "$shared/fixtures/github" "$dir/shared/fixtures/"
   du -sh "$dir/wheels" "$dir/debs"
   exit 0
 fi
@@ -70,4 +74,7 @@ echo "$PWD" > "$site/compile-ci-checkout.pth"
 gpus="$("$dir/venv/bin/python" -c 'import torch; print(max(1, torch.cuda.device_count()))')"
 [ "$#" -gt 0 ] || set -- --devices cpu,cuda --declared --cuda-workers "$gpus"
 export PATH="$dir/redis/bin:$PATH" COMPILE_CI_RUNNER=local
+if [ -d "$dir/shared/fixtures/github" ]; then
+  export COMPILE_CI_SHARED_DIR="$dir/shared" COMPILE_CI_GITHUB_SPEC="$dir/shared/fixtures/github/openapi-ci-subset.json"
+fi
 exec "$dir/venv/bin/python" -m service.cli sandbox "$@"
