@@ -6,6 +6,8 @@
 #
 #   bash scripts/gpu-sandbox.sh prepare DIR [PYTHON_VERSION]   # on a machine with the package indexes (default 3.12)
 #   bash scripts/gpu-sandbox.sh run DIR [sandbox options]      # on the GPU host, offline: DIR is all it needs
+#   bash scripts/gpu-sandbox.sh exec DIR COMMAND...             # the same preparation, then COMMAND with DIR/venv's
+#                                                               # python first on PATH (e.g. python bench/suites.py)
 #
 # prepare: the service's Python dependencies as wheels for the GPU host's Python (pip, with this machine's pip
 # settings) and Debian's redis-server with the libraries it links that a CUDA host image may lack (apt, with this
@@ -44,7 +46,7 @@ if [ "$action" = prepare ]; then
   exit 0
 fi
 
-[ "$action" = run ] || { echo "gpu-sandbox.sh: unknown action $action (prepare or run)" >&2; exit 2; }
+case "$action" in run|exec) ;; *) echo "gpu-sandbox.sh: unknown action $action (prepare, run or exec)" >&2; exit 2;; esac
 python="${PYTHON:-python3}"
 # Redis: Debian's build, unpacked beside its libraries and started through a wrapper that finds them.
 if [ ! -x "$dir/redis/usr/bin/redis-server" ]; then
@@ -72,9 +74,10 @@ site="$("$dir/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()
 echo "$PWD" > "$site/compile-ci-checkout.pth"
 "$dir/venv/bin/python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(), torch.cuda.device_count(), "GPU(s)")'
 gpus="$("$dir/venv/bin/python" -c 'import torch; print(max(1, torch.cuda.device_count()))')"
-[ "$#" -gt 0 ] || set -- --devices cpu,cuda --declared --cuda-workers "$gpus"
-export PATH="$dir/redis/bin:$PATH" COMPILE_CI_RUNNER=local
+export PATH="$dir/venv/bin:$dir/redis/bin:$PATH" COMPILE_CI_RUNNER=local
 if [ -d "$dir/shared/fixtures/github" ]; then
   export COMPILE_CI_SHARED_DIR="$dir/shared" COMPILE_CI_GITHUB_SPEC="$dir/shared/fixtures/github/openapi-ci-subset.json"
 fi
+[ "$action" = exec ] && exec "$@"
+[ "$#" -gt 0 ] || set -- --devices cpu,cuda --declared --cuda-workers "$gpus"
 exec "$dir/venv/bin/python" -m service.cli sandbox "$@"
