@@ -1,1 +1,1 @@
-"""Judging a pull request against its base: per-test verdicts, compile-ledger deltas, budgets, code changes."""
+"""Comparing a pull request's head with its base: generated code (codediff)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from service.compare.inputs import judge_job
 from service.compare.judgement import Judgement
@@ -64,7 +64,9 @@ def report_job(ctx: Reporter, job_id: str) -> None:
         view = render_check_run(run, job, results, attempt_url(ctx.job_url(job.id), job), judgement)
         try:
             if job.reported == "completed" and view.status == "completed" and view.digest != job.reported_digest:
-                job = _send_judged_again(ctx, run, job, view)  # its base finished: the verdict may change
+                # Its base finished: the verdict may change. What was sent first was judged without it.
+                unjudged = render_check_run(run, job, results, attempt_url(ctx.job_url(job.id), job)).annotations
+                job = _send_judged_again(ctx, run, job, view, unjudged)
             elif job.reported != "completed" and view.digest != job.reported_digest:
                 job = _send_status(ctx, run, job, view)
             if job is not None and view.status == "completed":
@@ -96,12 +98,16 @@ def _judge_heads_again(ctx: Reporter, base_run: Run, base_job: Job) -> None:
             ctx.queue.report_job(head_job.id)
 
 
-def _send_judged_again(ctx: Reporter, run: Run, job: Job, view: CheckRunView) -> Job | None:
-    """PATCH a completed check run with its new verdict and summary. Its annotations stay as first sent (GitHub
-    appends, never replaces them), so none are sent again."""
+def _send_judged_again(ctx: Reporter, run: Run, job: Job, view: CheckRunView,
+                       sent_before: list[dict[str, Any]]) -> Job | None:
+    """PATCH a completed check run with its new verdict and summary. GitHub appends annotations and never
+    replaces them, so only those the first report could not have sent go now (budget violations, flaky notices);
+    a failure sent before that turns out to fail at the base too keeps its first level."""
     if job.check_run_id is None:
         return job
-    ctx.github.update_check_run(run.installation_id, run.repo_full_name, job.check_run_id, view, [])
+    known = {_where(a) for a in sent_before}
+    new = [a for a in view.annotations if _where(a) not in known][:MAX_PER_REQUEST]
+    ctx.github.update_check_run(run.installation_id, run.repo_full_name, job.check_run_id, view, new)
     saved = ctx.store.record_report(job.id, job.rerun, reported_digest=view.digest,
                                     annotations_sent=len(view.annotations))
     return ctx.store.get_job(job.id) if saved else None
@@ -110,6 +116,10 @@ def _send_judged_again(ctx: Reporter, run: Run, job: Job, view: CheckRunView) ->
 def attempt_url(job_url: str, job: Job) -> str:
     """Each check run's Details link opens its own attempt (1 for the first check run, 2 for the first re-run)."""
     return f"{job_url}/attempts/{job.rerun + 1}"
+
+
+def _where(note: dict[str, Any]) -> tuple[object, ...]:
+    return note.get("path"), note.get("start_line"), note.get("title"), note.get("message")
 
 
 def _send_status(ctx: Reporter, run: Run, job: Job, view: CheckRunView) -> Job | None:
