@@ -163,7 +163,7 @@ def test_a_base_run_is_scheduled_once_reused_and_its_heads_judged_again_when_it_
     assert one["conclusion"] == "success" and two["conclusion"] == "success"
     store = Store(settings.database_url)
     (base_run,) = [r for r in store.recent_runs() if r.trigger == "base"]
-    assert base_run.head_sha == base
+    assert (base_run.head_sha, base_run.gate) == (base, "trusted")  # as trusted as the pull requests (OWNER)
     assert {r.base_run_id for sha in (first, second) for r in store.runs_at_sha(FULL_NAME, sha)} == {base_run.id}
     assert [r for r in emulator.check_runs(FULL_NAME) if r["head_sha"] == base] == []  # internal: no check run
     (job,) = store.jobs_of(base_run.id)

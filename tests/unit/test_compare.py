@@ -175,3 +175,20 @@ def test_config_budgets_comment_and_reruns() -> None:
                          "compile_time_ratio, compile_time_min_s)"),
         ConfigProblem(7, "[comment] always: must be true or false, got 1"),
     ]
+
+
+def test_biggest_changes_put_graph_breaks_first_and_ignore_compile_time_noise() -> None:
+    head = [_result("t::a", "passed", compile_time_s=1.03, kernels_generated=4),
+            _result("t::b", "passed", graph_breaks=2, code_bytes=2000)]
+    base = [_result("t::a", "passed", compile_time_s=1.0, kernels_generated=2),
+            _result("t::b", "passed", graph_breaks=1, code_bytes=1000)]
+    deltas = judge(head, base, READY, Budgets()).deltas
+    assert [(d.nodeid, d.figure) for d in deltas] == [("t::b", "graph_breaks"), ("t::a", "kernels_generated"),
+                                                      ("t::b", "code_bytes")]
+
+
+def test_a_base_run_is_as_trusted_as_the_pull_request_that_asked_for_it() -> None:
+    from runners.compile_cache import TRUSTED, UNTRUSTED, trust_class
+
+    assert trust_class("base", "trusted") == TRUSTED
+    assert trust_class("base", "approved") == UNTRUSTED
