@@ -38,7 +38,12 @@ FULL_NAME = "bench/base-compare"
 
 
 def settings_for(root: Path, redis_url: str, github_url: str, key: str) -> Settings:
+    # The job's interpreter imports `suites` (the plugin: in-job re-runs) from this checkout.
+    python = root / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
     return Settings.from_env({
+        "COMPILE_CI_RUNNER_PYTHON": str(python),
         "COMPILE_CI_WEBHOOK_SECRET": "bench-secret", "COMPILE_CI_GITHUB_APP_ID": str(APP_ID),
         "COMPILE_CI_GITHUB_PRIVATE_KEY": key, "COMPILE_CI_GITHUB_API_URL": github_url,
         "COMPILE_CI_GITHUB_THROTTLE": "false", "COMPILE_CI_REDIS_URL": redis_url,

@@ -12,6 +12,7 @@ from service.compare.judgement import BaseInfo, BaseStatus, Judgement, judge
 from service.store import Job, Run, Store, TestResult, job_id_for
 from suites.naming import sanitise_nodeid
 
+NULL_SHA = "0" * 40
 MAX_CODE_FILES = 64  # per test: more graphs than that are compared by their first 64
 MAX_CODE_BYTES = 2_000_000  # per file: the job wrote it; a larger one is compared by its size alone
 
@@ -19,7 +20,7 @@ MAX_CODE_BYTES = 2_000_000  # per file: the job wrote it; a larger one is compar
 def judge_job(store: Store, artifacts_dir: Path, run: Run, job: Job, results: list[TestResult],
               job_url: Callable[[str], str]) -> Judgement | None:
     """None for a run that has no base (a push, a base run, a pull request opened before bases were kept)."""
-    if run.trigger != "pull_request" or not run.base_sha:
+    if run.trigger != "pull_request" or not run.base_sha or run.base_sha == NULL_SHA:
         return None
     base_run = store.get_run(run.base_run_id) if run.base_run_id else None
     kind = "push run" if base_run is not None and base_run.trigger == "push" else "base run"

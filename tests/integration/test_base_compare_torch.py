@@ -5,6 +5,7 @@ with the code change counted; a planted flaky test is flaky and green. One base 
 from __future__ import annotations
 
 import subprocess
+import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -21,9 +22,11 @@ from service.devkit.sandbox.sample_repo import commit_file
 from service.devkit.sandbox.stack import INSTALLATION_ID
 from service.jobs.tasks import create_worker_celery
 from service.store import Store
+from tests.conftest import make_settings
 from tests.integration.test_base_judgement import deliver
 
 pytestmark = pytest.mark.e2e
+ROOT = Path(__file__).resolve().parents[2]
 FULL_NAME = "octo/zoo"
 # Runs the repository's declared models under torch.compile with its declared post-grad pass, as a built-in suite
 # does, in one small test per model (the built-in suites' whole corpus would take minutes on a busy host).
@@ -130,6 +133,16 @@ def repo(tmp_path: Path) -> Path:
     commit_file(path, "main", "zoo/passes.py", PASSES, "a pass")
     commit_file(path, "main", ".compile-ci.toml", CONFIG, "declare them")
     return path
+
+
+@pytest.fixture
+def settings(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: tuple[str, str]) -> Settings:
+    # The job's interpreter imports `suites` (the plugin: graph-break reasons, in-job re-runs) from this checkout,
+    # not from wherever the virtual environment's editable install points.
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return make_settings(tmp_path, redis_url, emulator.url, app_keys[0], COMPILE_CI_RUNNER_PYTHON=str(python))
 
 
 @pytest.fixture
