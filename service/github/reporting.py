@@ -14,7 +14,7 @@ from service.github.annotations import MAX_PER_REQUEST
 from service.github.api import GitHubApp, GoneError
 from service.github.checks import CheckRunView, render_check_run
 from service.github.sticky_comment import update_sticky_comment
-from service.store import APPROVAL_SUITE, Job, Run, Store, job_id_for
+from service.store import APPROVAL_SUITE, Job, Run, Store, TestResult, job_id_for
 from service.store.attempts import record_finished
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def report_job(ctx: Reporter, job_id: str) -> None:
         update_sticky_comment(ctx, run)
 
 
-def _judgement(ctx: Reporter, run: Run, job: Job, results: list) -> Judgement | None:
+def _judgement(ctx: Reporter, run: Run, job: Job, results: list[TestResult]) -> Judgement | None:
     judgement = judge_job(ctx.store, ctx.settings.artifacts_dir, run, job, results, ctx.job_url)
     if judgement is not None:
         ctx.store.record_verdicts(job.id, job.attempt, {t.nodeid: (t.verdict.value, t.detail)

@@ -8,7 +8,7 @@ from contextlib import AbstractContextManager
 from typing import Protocol
 
 from service.compare.comment import CheckSummary, render_comment, worth_a_comment
-from service.compare.inputs import config_table, judge_job
+from service.compare.inputs import NULL_SHA, config_table, judge_job
 from service.config import Settings
 from service.github.api import GitHubApp, GoneError
 from service.github.checks import check_conclusion, test_url
@@ -35,8 +35,8 @@ class _Locks(Protocol):
 
 def update_sticky_comment(ctx: Commenter, run: Run) -> None:
     """Once every job of the head has finished (and again whenever a verdict changes, e.g. its base finished)."""
-    if run.trigger != "pull_request" or run.pr_number is None:
-        return
+    if run.trigger != "pull_request" or run.pr_number is None or not run.base_sha or run.base_sha == NULL_SHA:
+        return  # no base to judge against (GitHub always sends one): judged, and commented, as before
     jobs = [j for j in ctx.store.jobs_of(run.id) if j.suite != APPROVAL_SUITE]
     if not jobs or any(j.state != "completed" for j in jobs):
         return
