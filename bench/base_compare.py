@@ -9,7 +9,8 @@ Redis, the GitHub emulator, an embedded Celery worker (one job at a time) and Lo
 
 After one unmeasured warm-up run (the compile cache fills), `--pairs` pairs of (without, warm) run interleaved, each
 pull request a new head sha; the ratio is the sum of warm runner time over the sum of without. Run from the
-repository root: `python bench/base_compare.py [--suite correctness] [--pairs 3]`.
+repository root as a module (run as a script, `bench/suites.py` would shadow the `suites` package):
+`python -m bench.base_compare [--suite correctness] [--pairs 3]`.
 """
 
 from __future__ import annotations
