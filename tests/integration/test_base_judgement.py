@@ -106,6 +106,15 @@ def comments_on(emulator: GitHubEmulator, number: int) -> list[dict[str, Any]]:
     return [c for c in emulator.comments if c["issue_number"] == number and c["repository"] == FULL_NAME]
 
 
+def await_comment(emulator: GitHubEmulator, number: int, until: Callable[[dict[str, Any]], bool],
+                  timeout_s: float = 30) -> list[dict[str, Any]]:
+    """The comment follows the check run's report in the same task: wait for it, then return every comment."""
+    deadline = time.monotonic() + timeout_s
+    while not any(until(c) for c in comments_on(emulator, number)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return comments_on(emulator, number)
+
+
 def test_against_a_push_run_a_base_failure_is_a_warning_and_a_new_failure_is_red(
     settings: Settings, repo: Path, worker: None, emulator: GitHubEmulator
 ) -> None:
@@ -142,7 +151,7 @@ def test_against_a_push_run_a_base_failure_is_a_warning_and_a_new_failure_is_red
         (run,) = store.runs_at_sha(FULL_NAME, sha)
         assert (run.base_sha, run.base_run_id) == (base, push_run.id)
     assert not [r for r in store.recent_runs() if r.trigger == "base"]  # the push run served: nothing scheduled
-    (comment,) = comments_on(emulator, 12)
+    (comment,) = await_comment(emulator, 12, lambda c: True)
     assert comment["body"].startswith(MARKER) and "test_follows_the_pull_request" in comment["body"]
 
 
@@ -170,6 +179,10 @@ def test_a_base_run_is_scheduled_once_reused_and_its_heads_judged_again_when_it_
     verdicts = {r.nodeid.split("::")[1]: r.verdict for r in store.results_of(f"{one['external_id']}", 1)}
     assert verdicts == {"test_always_passes": "unchanged", "test_follows_the_pull_request": "unchanged",
                         "test_broken_on_main_too": "failing_at_base"}
-    (comment,) = comments_on(emulator, 21)  # created when its head finished, edited when the base did
+    # Created when its head finished, edited when the base did.
+    (comment,) = await_comment(emulator, 21, lambda c: "| 0 | 1 | 0 | 0 | 0 |" in c["body"])
     assert comment.get("edits", 0) >= 1 and "| 0 | 1 | 0 | 0 | 0 |" in comment["body"], comment
     assert job.state == "completed" and job.attempt == 1  # run once for both pull requests
+    client = create_app(settings).test_client()  # internal, but on the web pages like any run
+    assert base_run.id in client.get("/").get_data(as_text=True)
+    assert client.get(f"/runs/{base_run.id}").status_code == 200 and client.get(f"/jobs/{job.id}").status_code == 200
