@@ -1,6 +1,6 @@
 """What compile-ci costs on someone else's suite: PyTorch's own compiler tests as a repository's `repo` suite.
 
-    python bench/foreign_suite.py [--pairs 3] [--image compile-ci/runner-cpu:latest]
+    python bench/foreign_suite.py [--pairs 3] [--image compile-ci/runner-cpu:latest] [--suites DIR]
 
 The foreign suite is built at run time, never committed: the test files of ../shared/seeds (PyTorch's layout,
 custom-pass, freezing and memory-efficient-fusion tests; the AOT-autograd file does not parse and is left out) are
@@ -8,7 +8,9 @@ extracted into a temporary repository beside this folder's compatibility shim (c
 runs, in the same runner image through the DockerRunner, bare pytest and compile-ci's repo-suite command (the
 capture plugin: generated code, counters, metrics, progress), cold (empty compile cache) then warm (its own cache
 again), interleaved: bare cold, compile-ci cold, bare warm, compile-ci warm. Prints per-test outcome differences
-(must be none), each side's pytest summary, and the wall-time ratios.
+(must be none), each side's pytest summary, and the wall-time ratios. The capture plugin comes from `--suites`
+(default: this checkout's `suites/`, mounted over the image's copy as a job's suites are), so a plugin change is
+measured without rebuilding the image; `--suites` pointing at an older checkout's copy gives the "before" figure.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from runners.compile_cache import TRUSTED, CacheScope  # noqa: E402
 from runners.docker_runner import DockerRunner  # noqa: E402
 from runners.protocol import RunSpec  # noqa: E402
 from service.github.checks import count_outcomes, summary_line  # noqa: E402
-from service.jobs.outcome import read_attempt  # noqa: E402
+from service.jobs.outcome import read_attempt, read_json  # noqa: E402
 
 SEEDS = ROOT.parent / "shared" / "seeds"
 SHIM = Path(__file__).resolve().parent / "foreign_suite"
@@ -60,7 +62,8 @@ def command(repo: Path, out: Path, captured: bool) -> tuple[str, ...]:
             f"--junitxml={out / 'junit.xml'}", "--rootdir", str(repo), str(repo / "tests"))
 
 
-def run_once(runner: DockerRunner, repo: Path, work: Path, name: str, captured: bool, cache: Path) -> dict[str, object]:
+def run_once(runner: DockerRunner, repo: Path, work: Path, name: str, captured: bool, cache: Path,
+             suites: Path) -> dict[str, object]:
     out = work / name
     shutil.rmtree(out, ignore_errors=True)
     env = {"COMPILE_CI_DEVICE": "cpu", "COMPILE_CI_CHECKOUT": str(repo)}
@@ -68,7 +71,8 @@ def run_once(runner: DockerRunner, repo: Path, work: Path, name: str, captured: 
         env["COMPILE_CI_OUTPUT_DIR"] = str(out)
     spec = RunSpec(job_id=f"foreign-{name}", command=command(repo, out, captured), checkout_dir=repo,
                    output_dir=out, timeout_s=3600, device="cpu", env=env,
-                   cache=CacheScope(cache, "foreign", TRUSTED))  # a push's job: its repository's writable cache
+                   cache=CacheScope(cache, "foreign", TRUSTED),  # a push's job: its repository's writable cache
+                   suites_dir=suites)
     result = runner.run(spec)
     attempt = read_attempt(out, [str(repo)], repo)
     outcomes = {r.nodeid: r.outcome for r in attempt.records}
@@ -77,32 +81,51 @@ def run_once(runner: DockerRunner, repo: Path, work: Path, name: str, captured: 
     return {"wall_s": result.duration_s, "outcomes": outcomes}
 
 
+def captured(out: Path) -> str:
+    """What the capture recorded, from the per-test metrics.json files (a plugin that records nothing is cheap)."""
+    files = [read_json(path) for path in (out / "tests").glob("*/metrics.json")]
+    code = sum(int(m.get("output_code_files", 0)) for m in files)  # type: ignore[call-overload]
+    graphs = sum(1 for m in files if int(m.get("graphs", 0)) > 0)  # type: ignore[call-overload]
+    breaks = sum(len(m.get("graph_break_reasons", [])) for m in files)  # type: ignore[arg-type]
+    return (f"{len(files)} metrics.json, {code} output code files, {graphs} tests with graphs > 0, "
+            f"{breaks} break reasons")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--image", default="compile-ci/runner-cpu:latest")
+    parser.add_argument("--suites", type=Path, default=ROOT / "suites", help="the suites package the jobs mount")
+    parser.add_argument("--before", type=Path, help="another suites package (an older plugin), run in each pair too")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="compile-ci-foreign-"))
     repo = build_repository(work)
     runner = DockerRunner({"cpu": args.image})
-    ratios: dict[str, list[float]] = {"cold": [], "warm": []}
+    variants = {"ci": args.suites, **({"before": args.before} if args.before else {})}
+    ratios: dict[str, dict[str, list[float]]] = {name: {"cold": [], "warm": []} for name in variants}
     differences = 0
     for pair in range(1, args.pairs + 1):
         print(f"pair {pair}:")
-        caches = {side: work / f"cache-{side}-{pair}" for side in ("bare", "ci")}
+        sides = ["bare", *variants]
+        sides = sides[(pair - 1) % len(sides):] + sides[:(pair - 1) % len(sides)]  # each side goes first in turn
         for phase in ("cold", "warm"):
-            bare = run_once(runner, repo, work, f"bare-{phase}-{pair}", False, caches["bare"])
-            ci = run_once(runner, repo, work, f"ci-{phase}-{pair}", True, caches["ci"])
-            ratios[phase].append(float(ci["wall_s"]) / float(bare["wall_s"]))  # type: ignore[arg-type]
-            diff = {k for k in set(bare["outcomes"]) | set(ci["outcomes"])  # type: ignore[arg-type]
-                    if bare["outcomes"].get(k) != ci["outcomes"].get(k)}  # type: ignore[union-attr]
-            differences += len(diff)
-            for nodeid in sorted(diff):
-                print(f"    differs: {nodeid}: bare {bare['outcomes'].get(nodeid)}, "  # type: ignore[union-attr]
-                      f"compile-ci {ci['outcomes'].get(nodeid)}")  # type: ignore[union-attr]
-    summary = {phase: round(statistics.median(values), 3) for phase, values in ratios.items()}
-    print(f"compile-ci / bare pytest (median of {args.pairs}): cold {summary['cold']}, warm {summary['warm']}; "
-          f"outcome differences: {differences}")
+            runs = {side: run_once(runner, repo, work, f"{side}-{phase}-{pair}", side != "bare",
+                                   work / f"cache-{side}-{pair}", variants.get(side, args.suites)) for side in sides}
+            bare = runs["bare"]["outcomes"]
+            for name in variants:
+                ratios[name][phase].append(float(runs[name]["wall_s"]) / float(runs["bare"]["wall_s"]))  # type: ignore[arg-type]
+                ours = runs[name]["outcomes"]
+                diff = {k for k in set(bare) | set(ours) if bare.get(k) != ours.get(k)}  # type: ignore[union-attr, arg-type]
+                differences += len(diff)
+                for nodeid in sorted(diff):
+                    print(f"    differs: {nodeid}: bare {bare.get(nodeid)}, {name} {ours.get(nodeid)}")  # type: ignore[union-attr]
+                print(f"    {name}: {captured(work / f'{name}-{phase}-{pair}')}")
+    summary = {name: {phase: round(statistics.median(v), 3) for phase, v in r.items()} for name, r in ratios.items()}
+    for name, medians in summary.items():
+        print(f"{name} / bare pytest (median of {args.pairs}): cold {medians['cold']}, warm {medians['warm']}; "
+              f"per pair: cold {[round(x, 3) for x in ratios[name]['cold']]}, "
+              f"warm {[round(x, 3) for x in ratios[name]['warm']]}")
+    print(f"outcome differences: {differences}")
     print(json.dumps({"ratio": summary, "ratios": ratios, "differences": differences, "work": str(work)}))
     return 0 if differences == 0 else 1
 

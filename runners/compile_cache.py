@@ -71,7 +71,8 @@ def trust_class(trigger: str, gate: str) -> str:
 
     Approving one sha lets its code run, not vouch for what it leaves behind: gate "approved" is untrusted.
     """
-    if gate == "trusted" and trigger in ("push", "pull_request"):
+    # "base": compile-ci's own run at a pull request's base sha, trusted when the pull request's author is.
+    if gate == "trusted" and trigger in ("push", "pull_request", "base"):
         return TRUSTED
     return UNTRUSTED
 

@@ -12,8 +12,9 @@ from service.config import Settings
 
 QUEUES = ("cpu", "cuda", "github")
 # kombu's Redis transport keeps one list per priority step (0, 3, 6, 9) and takes from the lowest number first:
-# a job whose worker died goes first, then jobs whose message was lost (they had their place in line), then the rest.
-FIRST, AGAIN, NORMAL = 0, 3, 6
+# a job whose worker died goes first, then jobs whose message was lost (they had their place in line), then the rest,
+# and a pull request's base run last: a head job never waits behind a base job that is merely queued.
+FIRST, AGAIN, NORMAL, LOW = 0, 3, 6, 9
 PLAN_RUN = "compile_ci.plan_run"
 RUN_JOB = "compile_ci.run_job"
 REPORT_JOB = "compile_ci.report_job"
@@ -80,10 +81,11 @@ class CeleryQueue:
     def plan_run(self, run_id: str) -> None:
         self._app.send_task(PLAN_RUN, args=[run_id], queue="github")
 
-    def run_job(self, job_id: str, device: str, *, first: bool = False, again: bool = False) -> None:
+    def run_job(self, job_id: str, device: str, *, first: bool = False, again: bool = False,
+                low: bool = False) -> None:
         """`first`: ahead of every job waiting (it had started and lost its worker); `again`: ahead of the jobs
-        queued normally (its message was lost, not its place in line)."""
-        priority = FIRST if first else AGAIN if again else NORMAL
+        queued normally (its message was lost, not its place in line); `low`: behind them all (a base run)."""
+        priority = FIRST if first else AGAIN if again else LOW if low else NORMAL
         self._app.send_task(RUN_JOB, args=[job_id], queue=device, priority=priority)
 
     def report_job(self, job_id: str) -> None:

@@ -7,10 +7,14 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.compare.budgets import BUDGET_KEYS, Budgets, parse_budgets
+
 CONFIG_FILE = ".compile-ci.toml"
 DEVICES = ("cpu", "cuda")
 TARGET_KINDS = ("models", "post_grad_passes", "pre_grad_passes", "joint_passes", "fuse")
 DEFAULT_TIMEOUT_MINUTES = 30
+DEFAULT_FLAKY_RERUNS = 2
+MAX_FLAKY_RERUNS = 5
 # A requirement is a name, optional extras and version specifiers: nothing else. URLs, paths and pip options
 # (`--index-url`, `-f`, `-e`, `--trusted-host`...) would let a pull request choose where code comes from;
 # only the deployment's indexes are used.
@@ -32,6 +36,9 @@ class RepoConfig:
     targets: dict[str, list[str]] = field(default_factory=dict)
     repo_tests: tuple[str, ...] = ()
     timeout_minutes: int = DEFAULT_TIMEOUT_MINUTES
+    flaky_reruns: int = DEFAULT_FLAKY_RERUNS  # in-job re-runs of a failing test (COMPILE_CI_RERUNS)
+    budgets: Budgets = field(default_factory=lambda: Budgets())
+    comment_always: bool = False  # the sticky pull-request comment even when all is green and nothing changed
 
 
 @dataclass(frozen=True)
@@ -60,13 +67,26 @@ def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> Repo
         return [ConfigProblem(int(match.group(1)) if match else None, f"invalid TOML: {message}")]
     problems: list[ConfigProblem] = []
     checker = _Checker(text, problems)
-    checker.unknown_keys("", data, ("install", "targets", "suites"))
+    checker.unknown_keys("", data, ("install", "targets", "suites", "budgets", "comment"))
     install = checker.table(data, "install")
     targets = checker.table(data, "targets")
     suites = checker.table(data, "suites")
+    budget_table = checker.table(data, "budgets")
+    comment = checker.table(data, "comment")
     checker.unknown_keys("install", install, ("requirements", "package"))
     checker.unknown_keys("targets", targets, TARGET_KINDS)
-    checker.unknown_keys("suites", suites, ("run", "devices", "repo_tests", "timeout_minutes"))
+    checker.unknown_keys("suites", suites, ("run", "devices", "repo_tests", "timeout_minutes", "flaky_reruns"))
+    checker.unknown_keys("budgets", budget_table, BUDGET_KEYS)
+    checker.unknown_keys("comment", comment, ("always",))
+    budgets, budget_problems = parse_budgets(budget_table)
+    for key, message in budget_problems:
+        checker.problem("budgets", key, message)
+    reruns = suites.get("flaky_reruns", DEFAULT_FLAKY_RERUNS)
+    if not isinstance(reruns, int) or isinstance(reruns, bool) or not 0 <= reruns <= MAX_FLAKY_RERUNS:
+        checker.problem("suites", "flaky_reruns", f"must be an integer from 0 to {MAX_FLAKY_RERUNS}, got {reruns!r}")
+    always = comment.get("always", False)
+    if not isinstance(always, bool):
+        checker.problem("comment", "always", f"must be true or false, got {always!r}")
     allowed_suites = (*builtin_suites, "repo")
     repo_tests = checker.strings("suites", suites, "repo_tests", [])
     default_run = list(builtin_suites) + (["repo"] if repo_tests else [])
@@ -98,7 +118,7 @@ def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> Repo
         suites=tuple(dict.fromkeys(run)), devices=tuple(dict.fromkeys(devices)), requirements=tuple(requirements),
         install_package=package is not False,
         targets={k: v for k, v in target_lists.items() if v}, repo_tests=tuple(repo_tests),
-        timeout_minutes=timeout,
+        timeout_minutes=timeout, flaky_reruns=reruns, budgets=budgets, comment_always=always,
     )
 
 

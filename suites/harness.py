@@ -84,63 +84,8 @@ def graph_break_function() -> Callable[[], None]:
     return _private("torch._dynamo", "graph_break")
 
 
-class CompileCapture:
-    """What inductor produced while a test ran: the generated code of each graph and compile metrics."""
-
-    def __init__(self) -> None:
-        self.codes: list[str] = []
-        self._start: dict[str, float] = {}
-        self.metrics: dict[str, float] = {}
-
-    def _snapshot(self) -> dict[str, float]:
-        # Metrics are best effort on any torch version: a missing private API drops that figure, never the test
-        # (``_private`` skips the calling test, which must not happen from inside the artifacts plugin).
-        snap: dict[str, float] = {}
-        counters = _optional("torch._dynamo.utils", "counters") or {}
-        snap.update(
-            frames=counters.get("frames", {}).get("total", 0),
-            graphs=counters.get("stats", {}).get("unique_graphs", 0),
-            graph_breaks=sum(counters.get("graph_break", {}).values()),
-            fx_graph_cache_hits=counters.get("inductor", {}).get("fxgraph_cache_hit", 0),
-            fx_graph_cache_misses=counters.get("inductor", {}).get("fxgraph_cache_miss", 0),
-            autograd_cache_hits=counters.get("aot_autograd", {}).get("autograd_cache_hit", 0),
-        )
-        failures = _optional("torch._dynamo.utils", "guard_failures")
-        if failures is not None:  # every recompile is preceded by a guard failure of an already compiled frame
-            snap["recompiles"] = sum(len(reasons) for reasons in failures.values())
-        times = _optional("torch._dynamo.utils", "compilation_time_metrics")
-        if times is not None:
-            snap["compile_time_s"] = sum(times.get("_compile.compile_inner", []))
-        kernels = _optional("torch._inductor.metrics", "generated_kernel_count")
-        if kernels is not None:
-            snap["kernels_generated"] = kernels
-        return snap
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[CompileCapture]:
-        """Hook inductor's own output-code callback (also called on cache hits); no debug mode is turned on,
-        so what the test exercises, caches included, is unchanged."""
-        try:
-            lowering = _private("torch._inductor.graph", "GraphLowering")
-        except Exception:  # noqa: BLE001
-            lowering = None
-        previous = getattr(lowering, "save_output_code", None)
-
-        def save(code: str) -> None:
-            self.codes.append(code)
-            if previous is not None:
-                previous(code)
-
-        if lowering is not None:
-            lowering.save_output_code = save
-        self._start = self._snapshot()
-        try:
-            yield self
-        finally:
-            end = self._snapshot()
-            self.metrics = {k: round(end[k] - self._start.get(k, 0), 4) for k in end}
-            if lowering is not None:
-                lowering.save_output_code = previous
+# The artifacts plugin's per-test capture (generated code, counter deltas, graph-break and recompile reasons) lives
+# in suites/capture.py; it reaches torch's private state only through `_optional` above.
 
 
 # --- freezing and layout suites ------------------------------------------------------------------------------------

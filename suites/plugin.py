@@ -16,7 +16,10 @@ from typing import Any
 
 import pytest
 
+from suites import reruns
+from suites.job_files import BackgroundFiles, ProgressWriter
 from suites.naming import sanitise_nodeid
+from suites.reruns import earlier_attempts
 
 OUTPUT_ENV = "COMPILE_CI_OUTPUT_DIR"
 TARGET_PROPERTY = "compile_ci_target"
@@ -105,17 +108,20 @@ def _outcome(report: pytest.TestReport) -> str:
 
 
 class ArtifactWriter:
-    def __init__(self, output_dir: Path) -> None:
+    def __init__(self, output_dir: Path, files: BackgroundFiles) -> None:
         self.output_dir = output_dir
+        self.files = files
+        self.root = str(Path(os.environ.get("COMPILE_CI_CHECKOUT") or ".").resolve())
         self.captures: dict[str, Any] = {}
+        self.written: set[str] = set()
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, None, None]:
         # Imported here so that loading the plugin costs nothing for suites that never compile.
-        from suites.harness import CompileCapture
+        from suites.capture import CompileCapture
 
-        capture = CompileCapture()
-        with capture.active():
+        capture = CompileCapture(self.root)
+        with capture.active(getattr(item, "instance", None)):
             yield
         self.captures[item.nodeid] = capture
 
@@ -132,11 +138,15 @@ class ArtifactWriter:
 
     def _write(self, item: pytest.Item, report: pytest.TestReport) -> None:
         directory = test_dir(self.output_dir, item.nodeid)
-        directory.mkdir(parents=True, exist_ok=True)
+        if item.nodeid in self.written:  # a rerun: what an earlier attempt left must not pass for the last one's
+            self.files.submit(lambda: [p.unlink() for p in [*directory.glob("output_code_*.py"),
+                                                            *directory.glob("repro.py")]])
+        self.written.add(item.nodeid)
+        self.files.submit(lambda: directory.mkdir(parents=True, exist_ok=True))
         capture = self.captures.pop(item.nodeid, None)
         codes = capture.codes if capture is not None else []
         for index, code in enumerate(codes):
-            (directory / f"output_code_{index}.py").write_text(code)
+            self.files.write(directory / f"output_code_{index}.py", code)
         metrics = {
             "nodeid": item.nodeid,
             "outcome": _outcome(report),
@@ -145,38 +155,14 @@ class ArtifactWriter:
             # What the test recorded with record_property (a declared pass's call and match counters, say).
             **{str(key): value for key, value in item.user_properties if isinstance(value, int | float | str)},
             **(capture.metrics if capture is not None else {}),
+            "code_bytes": capture.code_bytes if capture is not None else 0,
+            "graph_break_reasons": capture.graph_break_reasons if capture is not None else [],
+            "recompile_reasons": capture.recompile_reasons if capture is not None else [],
+            "reruns": earlier_attempts(item),
         }
-        (directory / "metrics.json").write_text(json.dumps(metrics, indent=2))
+        self.files.write(directory / "metrics.json", json.dumps(metrics, indent=2))
         if report.failed:
-            (directory / "repro.py").write_text(_repro(item))
-
-
-class ProgressWriter:
-    """`progress.json` (done, total, current) for the service's live check-run progress.
-
-    Written to a temporary name and renamed, so the worker polling it never reads half a file.
-    """
-
-    def __init__(self, output_dir: Path) -> None:
-        self.path = output_dir / "progress.json"
-        self.total = 0
-        self.done = 0
-
-    def _write(self, current: str) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"done": self.done, "total": self.total, "current": current}))
-        tmp.replace(self.path)
-
-    def pytest_collection_finish(self, session: pytest.Session) -> None:
-        self.total = len(session.items)
-        self._write("")
-
-    def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
-        self._write(nodeid)
-
-    def pytest_runtest_logfinish(self, nodeid: str, location: object) -> None:
-        self.done += 1
-        self._write("")
+            self.files.write(directory / "repro.py", _repro(item))
 
 
 def record_environment(output_dir: Path) -> None:
@@ -201,8 +187,10 @@ def record_environment(output_dir: Path) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    reruns.register(config)
     output = os.environ.get(OUTPUT_ENV)
     if output and not config.pluginmanager.has_plugin("compile-ci-artifacts"):
         record_environment(Path(output))
-        config.pluginmanager.register(ArtifactWriter(Path(output)), "compile-ci-artifacts")
-        config.pluginmanager.register(ProgressWriter(Path(output)), "compile-ci-progress")
+        files = BackgroundFiles()
+        config.pluginmanager.register(ArtifactWriter(Path(output), files), "compile-ci-artifacts")
+        config.pluginmanager.register(ProgressWriter(Path(output), files), "compile-ci-progress")

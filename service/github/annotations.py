@@ -51,8 +51,9 @@ def _relative(path: str, roots: Sequence[str], exists: Callable[[str], bool]) ->
     return clean if not clean.startswith("..") and "site-packages" not in clean and exists(clean) else None
 
 
-def annotation(path: str, line: int | None, title: str, message: str, raw_details: str) -> dict[str, Any]:
+def annotation(path: str, line: int | None, title: str, message: str, raw_details: str,
+               level: str = "failure") -> dict[str, Any]:
     line = line or 1
-    return {"path": path, "start_line": line, "end_line": line, "annotation_level": "failure",
+    return {"path": path, "start_line": line, "end_line": line, "annotation_level": level,
             "title": title[:255], "message": message[:_MESSAGE_LIMIT] or "failed",
             "raw_details": raw_details[:_MESSAGE_LIMIT]}

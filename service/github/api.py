@@ -116,6 +116,18 @@ class GitHubApp:
         with _translated(f"commenting on {repo}#{number}"):
             self.client(installation_id).get_repo(repo).get_issue(number).create_comment(body)
 
+    def create_comment(self, installation_id: int, repo: str, number: int, body: str) -> int:
+        """A new comment on a pull request; its id, to edit it in place later."""
+        with _translated(f"commenting on {repo}#{number}"):
+            return int(self.client(installation_id).get_repo(repo).get_issue(number).create_comment(body).id)
+
+    def edit_comment(self, installation_id: int, repo: str, comment_id: int, body: str) -> None:
+        # PATCH directly: PyGithub's IssueComment.edit needs the comment fetched first (a GET we do not need).
+        with _translated(f"editing comment {comment_id} on {repo}"):
+            gh = self.client(installation_id)
+            url = f"{gh.get_repo(repo).url}/issues/comments/{comment_id}"
+            gh.requester.requestJsonAndCheck("PATCH", url, input={"body": body})
+
     def react(self, installation_id: int, repo: str, number: int, comment_id: int, content: str) -> None:
         with _translated(f"reacting to comment {comment_id} on {repo}"):
             issue = self.client(installation_id).get_repo(repo).get_issue(number)

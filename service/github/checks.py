@@ -8,8 +8,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.compare.judgement import BaseStatus, Judgement, judged_conclusion
+from service.compare.summary import annotation_level, render_section, violation_annotations
+from service.compare.verdicts import Verdict
 from service.github.annotations import MAX_ANNOTATIONS, annotation
 from service.store import APPROVAL_SUITE, Job, Run, TestResult
+from suites.naming import sanitise_nodeid
 
 MAX_TEXT = 65_535
 MAX_LISTED_FAILURES = 20
@@ -55,7 +59,8 @@ def truncate(text: str, limit: int, link: str) -> str:
     return text[: limit - len(tail)] + tail
 
 
-def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url: str) -> CheckRunView:
+def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url: str,
+                     judgement: Judgement | None = None) -> CheckRunView:
     base = {"name": job.check_name, "head_sha": run.head_sha, "external_id": job.external_id,
             "details_url": job_url}
     if job.state == "queued":
@@ -69,14 +74,44 @@ def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url:
                             summary=job.detail, **base)
     failures = [r for r in results if r.outcome in ("failed", "error")]
     summary = _summary(job, failures, job_url)
+    verdicts = {t.nodeid: t.verdict for t in judgement.tests} if judgement is not None else {}
+    if judgement is not None:
+        summary = summary + "\n" + render_section(judgement, lambda nodeid: test_url(job_url, nodeid))
     text = truncate(_failure_text(failures), MAX_TEXT - 1, job_url + "/log")
-    conclusion = job.conclusion or "neutral"
+    conclusion = check_conclusion(job, judgement)
+    notes = [_annotation(job, r, annotation_level(verdicts.get(r.nodeid, Verdict.FAILED))) for r in failures]
+    if judgement is not None and judgement.base.status == BaseStatus.READY:
+        located = {r.nodeid: (r.file or r.nodeid.split("::")[0], r.line) for r in results}
+        notes += [_annotation(job, r, "notice") for r in results if verdicts.get(r.nodeid) == Verdict.FLAKY]
+        notes += violation_annotations(judgement, lambda n: located.get(n, (n.split("::")[0], None)), job.check_name)
     return CheckRunView(
-        status="completed", conclusion=conclusion, title=job.title or _title(job),
+        status="completed", conclusion=conclusion, title=(job.title or _title(job)) + _judged_title(judgement),
         summary=truncate(summary, MAX_TEXT - 1, job_url), text=text, **base,
-        annotations=[_annotation(job, r) for r in failures[:MAX_ANNOTATIONS]],
+        annotations=notes[:MAX_ANNOTATIONS],
         actions=[RERUN_ACTION] if conclusion in RERUN_CONCLUSIONS else [],
     )
+
+
+def check_conclusion(job: Job, judgement: Judgement | None) -> str:
+    """The completed check run's conclusion: the job's, unless its tests are judged against a base."""
+    tests_ran = not job.title or job.title == _title(job)  # not a timeout, crash, install or config failure
+    return judged_conclusion(job.conclusion or "neutral", tests_ran, judgement)
+
+
+def test_url(job_url: str, nodeid: str) -> str:
+    """The test's page (generated code, metrics, the diff against the base) under the check run's own attempt."""
+    return f"{job_url}/tests/{sanitise_nodeid(nodeid)}"
+
+
+def _judged_title(judgement: Judgement | None) -> str:
+    if judgement is None or judgement.base.status != BaseStatus.READY:
+        return ""
+    said = [f"{len(judgement.of(v))} {v.value.replace('_', ' ')}" for v in
+            (Verdict.NEW_FAILURE, Verdict.FAILING_AT_BASE, Verdict.FLAKY) if judgement.of(v)]
+    if judgement.violations:
+        n = len(judgement.violations)
+        said.append(f"{n} budget violation{'s' if n != 1 else ''}")
+    return f" — {', '.join(said)}" if said else ""
 
 
 def _progress_title(job: Job) -> str:
@@ -95,7 +130,7 @@ def _progress(job: Job, job_url: str) -> str:
     return "\n\n".join(lines)
 
 
-def _annotation(job: Job, result: TestResult) -> dict[str, Any]:
+def _annotation(job: Job, result: TestResult, level: str = "failure") -> dict[str, Any]:
     """At the failing line of the repository's code when the traceback reaches it, else at the test."""
     message = f"{result.nodeid}: {_first_line(result.message)}"
     details = (result.details or result.message).strip()
@@ -103,9 +138,9 @@ def _annotation(job: Job, result: TestResult) -> dict[str, Any]:
         # At the user's code (shown in "Files changed"); the suite's test, which GitHub cannot show, is named here.
         test_at = f" (test at {result.file}:{result.line})" if result.file and result.line else ""
         return annotation(result.repo_path, result.repo_line, f"{job.check_name} failed here",
-                          message + test_at, details)
+                          message + test_at, details, level)
     path = result.file or result.nodeid.split("::")[0]
-    return annotation(path, result.line, f"{job.check_name}: {result.nodeid}", message, details)
+    return annotation(path, result.line, f"{job.check_name}: {result.nodeid}", message, details, level)
 
 
 def _title(job: Job) -> str:

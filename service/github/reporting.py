@@ -5,12 +5,16 @@ from __future__ import annotations
 import logging
 from contextlib import AbstractContextManager
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
+from service.compare.inputs import judge_job
+from service.compare.judgement import Judgement
+from service.config import Settings
 from service.github.annotations import MAX_PER_REQUEST
 from service.github.api import GitHubApp, GoneError
 from service.github.checks import CheckRunView, render_check_run
-from service.store import APPROVAL_SUITE, Job, Run, Store
+from service.github.sticky_comment import update_sticky_comment
+from service.store import APPROVAL_SUITE, Job, Run, Store, TestResult, job_id_for
 from service.store.attempts import record_finished
 
 log = logging.getLogger(__name__)
@@ -26,8 +30,14 @@ class Reporter(Protocol):
     store: Store
     claims: ReportLocks
     github: GitHubApp
+    settings: Settings
+    queue: ReportQueue
 
     def job_url(self, job_id: str) -> str: ...
+
+
+class ReportQueue(Protocol):
+    def report_job(self, job_id: str) -> None: ...
 
 
 def report_job(ctx: Reporter, job_id: str) -> None:
@@ -40,23 +50,76 @@ def report_job(ctx: Reporter, job_id: str) -> None:
         if ctx.store.is_uninstalled(run.repo_full_name):
             log.info("report_job %s: %s is no longer installed; not reporting", job_id, run.repo_full_name)
             return
+        if run.trigger == "base":  # internal: nothing on GitHub; the heads judged against it are judged again
+            if job.state == "completed" and job.reported != "completed":
+                ctx.store.record_report(job.id, job.rerun, reported="completed")
+            _judge_heads_again(ctx, run, job)
+            return
         if job.state == "completed":
             record_finished(ctx.store, job)  # the page of this check run outlives a re-run
         results = ctx.store.results_of(job.id, job.attempt) if job.state == "completed" else []
-        view = render_check_run(run, job, results, attempt_url(ctx.job_url(job.id), job))
+        finished = job.state == "completed"
+        finished_job = job
+        judgement = _judgement(ctx, run, job, results) if finished else None
+        view = render_check_run(run, job, results, attempt_url(ctx.job_url(job.id), job), judgement)
         try:
-            if job.reported != "completed" and view.digest != job.reported_digest:
+            if job.reported == "completed" and view.status == "completed" and view.digest != job.reported_digest:
+                # Its base finished: the verdict may change. What was sent first was judged without it.
+                unjudged = render_check_run(run, job, results, attempt_url(ctx.job_url(job.id), job)).annotations
+                job = _send_judged_again(ctx, run, job, view, unjudged)
+            elif job.reported != "completed" and view.digest != job.reported_digest:
                 job = _send_status(ctx, run, job, view)
             if job is not None and view.status == "completed":
                 _send_remaining_annotations(ctx, run, job, view)
         except GoneError as exc:
             log.info("report_job %s: %s; not reporting further", job_id, exc)
             ctx.store.record_report(job_id, job.rerun if job else 0, reported="completed")
+    if finished and run.trigger == "push":
+        _judge_heads_again(ctx, run, finished_job)  # a push run is the base of pull requests on its sha
+    if finished:
+        update_sticky_comment(ctx, run)
+
+
+def _judgement(ctx: Reporter, run: Run, job: Job, results: list[TestResult]) -> Judgement | None:
+    judgement = judge_job(ctx.store, ctx.settings.artifacts_dir, run, job, results, ctx.job_url)
+    if judgement is not None:
+        ctx.store.record_verdicts(job.id, job.attempt, {t.nodeid: (t.verdict.value, t.detail)
+                                                         for t in judgement.tests})
+    return judgement
+
+
+def _judge_heads_again(ctx: Reporter, base_run: Run, base_job: Job) -> None:
+    """A base job finished: the pull-request jobs of its suite and device judged without it are judged again."""
+    if base_job.state != "completed":
+        return
+    for head in ctx.store.runs_based_on(base_run.id):
+        head_job = ctx.store.get_job(job_id_for(head.id, base_job.suite, base_job.device))
+        if head_job is not None and head_job.state == "completed":
+            ctx.queue.report_job(head_job.id)
+
+
+def _send_judged_again(ctx: Reporter, run: Run, job: Job, view: CheckRunView,
+                       sent_before: list[dict[str, Any]]) -> Job | None:
+    """PATCH a completed check run with its new verdict and summary. GitHub appends annotations and never
+    replaces them, so only those the first report could not have sent go now (budget violations, flaky notices);
+    a failure sent before that turns out to fail at the base too keeps its first level."""
+    if job.check_run_id is None:
+        return job
+    known = {_where(a) for a in sent_before}
+    new = [a for a in view.annotations if _where(a) not in known][:MAX_PER_REQUEST]
+    ctx.github.update_check_run(run.installation_id, run.repo_full_name, job.check_run_id, view, new)
+    saved = ctx.store.record_report(job.id, job.rerun, reported_digest=view.digest,
+                                    annotations_sent=len(view.annotations))
+    return ctx.store.get_job(job.id) if saved else None
 
 
 def attempt_url(job_url: str, job: Job) -> str:
     """Each check run's Details link opens its own attempt (1 for the first check run, 2 for the first re-run)."""
     return f"{job_url}/attempts/{job.rerun + 1}"
+
+
+def _where(note: dict[str, Any]) -> tuple[object, ...]:
+    return note.get("path"), note.get("start_line"), note.get("title"), note.get("message")
 
 
 def _send_status(ctx: Reporter, run: Run, job: Job, view: CheckRunView) -> Job | None:

@@ -104,7 +104,9 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
     try:
         try:
             mirror = ctx.fetch(run)
-            text = ctx.checkout.read_file(mirror, run.head_sha, CONFIG_FILE)
+            # A base run runs its head's config at the base sha (service/jobs/base_runs.py).
+            text = (run.config_text or None) if run.trigger == "base" else ctx.checkout.read_file(
+                mirror, run.head_sha, CONFIG_FILE)
             config = parse_repo_config(text, builtin_suites(ctx.suites_dir))
             assert not isinstance(config, list), "planned jobs have a valid config"
             checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
@@ -139,6 +141,8 @@ def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: 
         "COMPILE_CI_CHECKOUT": str(checkout),
         "COMPILE_CI_TARGETS": json.dumps(config.targets),
         "COMPILE_CI_OUTPUT_DIR": str(out),
+        # A failing test is re-run this many times in the same job: failed-then-passed is "flaky" (suites/plugin.py).
+        "COMPILE_CI_RERUNS": str(config.flaky_reruns),
     }
     deps = install.prepare(ctx.settings, config.requirements, ctx.runner.cache_key(job.device))
     if deps is not None or config.install_package:

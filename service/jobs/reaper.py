@@ -112,5 +112,7 @@ def _queued(ctx: WorkerContext, job: Job, now: datetime, waiting: set[str]) -> s
     if job.id in waiting or job.queued_at + MESSAGE_IN_FLIGHT > now:
         return None
     if lifecycle.requeue_lost(ctx.store, job, ""):
-        ctx.queue.run_job(job.id, job.device, again=True)  # its message was lost, not its place in line
+        run = ctx.store.get_run(job.run_id)
+        base = run is not None and run.trigger == "base"  # a base run's place is behind every head job
+        ctx.queue.run_job(job.id, job.device, again=not base, low=base)  # its message was lost, not its place
     return f"{job.id}: queued with no message in the broker; sent again"

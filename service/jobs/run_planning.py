@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from service.github import reporting
-from service.jobs import lifecycle
+from service.jobs import base_runs, lifecycle
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import Conclusion, Gate, JobState, RunState
 from service.jobs.planning import PlannedJob, builtin_suites, default_devices, plan_jobs, served_devices
@@ -32,6 +32,11 @@ def plan_run(ctx: WorkerContext, run_id: str) -> None:
         return
     if run.state == RunState.PLANNING:
         _plan(ctx, run)
+    if run.trigger == base_runs.BASE_TRIGGER:  # internal: no check runs, and behind every head job
+        for job in ctx.store.jobs_of(run.id):
+            if job.state == JobState.QUEUED:
+                ctx.queue.run_job(job.id, job.device, low=True)
+        return
     for job in ctx.store.jobs_of(run.id):
         if job.check_run_id is None:
             # Created here, before the job can be started: every check run shows "queued" first. A GitHub error
@@ -61,8 +66,11 @@ def _await_approval(ctx: WorkerContext, run: Run) -> None:
 
 def _plan(ctx: WorkerContext, run: Run) -> None:
     suites = builtin_suites(ctx.suites_dir)
-    mirror = ctx.fetch(run)
-    text = ctx.checkout.read_file(mirror, run.head_sha, CONFIG_FILE)
+    if run.trigger == base_runs.BASE_TRIGGER:
+        text = run.config_text or None  # the head's config: a base run's jobs are its head's jobs
+    else:
+        text = ctx.checkout.read_file(ctx.fetch(run), run.head_sha, CONFIG_FILE)
+        ctx.store.record_config(run.id, text or "")
     parsed = parse_repo_config(text, suites)
     served = served_devices(ctx.settings.devices, ctx.queue.served_queues())
     config_error = None
@@ -74,6 +82,8 @@ def _plan(ctx: WorkerContext, run: Run) -> None:
     parsed = default_devices(parsed, served, has_file=text is not None)
     planned = plan_jobs(parsed, served, ctx.settings.max_job_minutes)
     lifecycle.plan(ctx.store, run, [_job_row(run, p, config_error) for p in planned], config_error)
+    if config_error is None:
+        base_runs.link_base(ctx, run, text or "")
     if run.gate == Gate.APPROVED:
         approval = lifecycle.record_approval(ctx.store, run)
         if approval is not None:

@@ -41,7 +41,7 @@ class Run(Base):
     installation_id: Mapped[int] = mapped_column(Integer)
     clone_url: Mapped[str] = mapped_column(String(500))
     private: Mapped[bool] = mapped_column(default=False)
-    trigger: Mapped[str] = mapped_column(String(40))  # pull_request | push
+    trigger: Mapped[str] = mapped_column(String(40))  # pull_request | push | base (compile-ci's own, at a PR's base)
     pr_number: Mapped[int | None] = mapped_column(Integer, nullable=True, index=True)
     branch: Mapped[str] = mapped_column(String(300), default="")
     head_sha: Mapped[str] = mapped_column(String(40), index=True)
@@ -54,6 +54,12 @@ class Run(Base):
     state: Mapped[str] = mapped_column(String(20), default="planning")  # lifecycle.RunState
     config_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    # A pull request's base commit (the payload's pull_request.base.sha), and the run whose results serve as its
+    # base: the default branch's push run at that sha, else a base run compile-ci scheduled (service/compare/).
+    base_sha: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    base_run_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    # The .compile-ci.toml text the run was planned with ("" for none); a base run runs with its head's, not its own.
+    config_text: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class Job(Base):
@@ -148,6 +154,19 @@ class TestResult(Base):
     # Where the failure is in the repository's own code (from the traceback), for the check run annotation.
     repo_path: Mapped[str] = mapped_column(Text, default="")
     repo_line: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Against the base (service/compare/verdicts.py): new_failure | failing_at_base | fixed | flaky | skipped |
+    # unchanged | failed | passed ("" until judged; failed / passed: no base result to compare with).
+    verdict: Mapped[str] = mapped_column(String(20), default="", server_default="")
+    verdict_detail: Mapped[str] = mapped_column(Text, default="", server_default="")
+
+
+class PullComment(Base):
+    """The sticky comment of a pull request's head: created once, edited in place (service/github/sticky_comment)."""
+
+    __tablename__ = "pull_comments"
+    run_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    comment_id: Mapped[int] = mapped_column(Integer)
+    digest: Mapped[str] = mapped_column(String(64), default="")
 
 
 class Artifact(Base):
@@ -184,6 +203,8 @@ class NewRun:
     sender: str
     author: str = ""
     gate: str = "trusted"
+    base_sha: str | None = None
+    config_text: str | None = None
 
     @property
     def run_id(self) -> str:

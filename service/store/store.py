@@ -15,7 +15,18 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.store.rows import Artifact, Base, InstalledRepo, Job, NewRun, Run, TestRecord, TestResult, utcnow
+from service.store.rows import (
+    Artifact,
+    Base,
+    InstalledRepo,
+    Job,
+    NewRun,
+    PullComment,
+    Run,
+    TestRecord,
+    TestResult,
+    utcnow,
+)
 
 Row = TypeVar("Row", Run, Job)
 
@@ -101,8 +112,47 @@ class Store:
 
     def runs_at_sha(self, repo_full_name: str, head_sha: str) -> list[Run]:
         with self.session() as s:
-            query = select(Run).where(Run.repo_full_name == repo_full_name, Run.head_sha == head_sha)
+            # Base runs are internal (no check runs): GitHub's buttons at a sha never re-run them.
+            query = select(Run).where(Run.repo_full_name == repo_full_name, Run.head_sha == head_sha,
+                                      Run.trigger != "base")
             return list(s.scalars(query.order_by(Run.created_at)))
+
+    def push_run_at(self, repo_full_name: str, sha: str) -> Run | None:
+        """The default branch's run at `sha` (the baseline a pull request on that base is judged against)."""
+        with self.session() as s:
+            query = select(Run).where(Run.repo_full_name == repo_full_name, Run.head_sha == sha,
+                                      Run.trigger == "push", Run.cancelled_reason.is_(None))
+            return s.scalars(query.order_by(Run.created_at.desc()).limit(1)).first()
+
+    def runs_based_on(self, base_run_id: str) -> list[Run]:
+        with self.session() as s:
+            return list(s.scalars(select(Run).where(Run.base_run_id == base_run_id)))
+
+    def link_base(self, run_id: str, base_run_id: str) -> None:
+        with self.session() as s:
+            s.execute(update(Run).where(Run.id == run_id).values(base_run_id=base_run_id))
+
+    def record_config(self, run_id: str, config_text: str) -> None:
+        with self.session() as s:
+            s.execute(update(Run).where(Run.id == run_id, Run.config_text.is_(None)).values(config_text=config_text))
+
+    def record_verdicts(self, job_id: str, attempt: int, verdicts: Mapping[str, tuple[str, str]]) -> None:
+        """Each test's verdict against the base (nodeid -> (verdict, detail)), for the pages."""
+        with self.session() as s:
+            for row in s.scalars(select(TestResult).where(TestResult.job_id == job_id, TestResult.attempt == attempt)):
+                row.verdict, row.verdict_detail = verdicts.get(row.nodeid, ("", ""))
+
+    def pull_comment(self, run_id: str) -> PullComment | None:
+        with self.session() as s:
+            return s.get(PullComment, run_id)
+
+    def save_pull_comment(self, run_id: str, comment_id: int, digest: str) -> None:
+        with self.session() as s:
+            row = s.get(PullComment, run_id)
+            if row is None:
+                s.add(PullComment(run_id=run_id, comment_id=comment_id, digest=digest))
+            else:
+                row.comment_id, row.digest = comment_id, digest
 
     def runs_in_state(self, *states: str) -> list[Run]:
         with self.session() as s:
@@ -168,12 +218,17 @@ def _add_missing_columns(engine: Engine) -> None:
                 continue
             ddl = f"ALTER TABLE {table.name} ADD COLUMN {column.name} {column.type.compile(engine.dialect)}"
             if column.server_default is not None:
-                ddl += f" DEFAULT {column.server_default.arg}"  # type: ignore[attr-defined]
+                arg = str(column.server_default.arg)  # type: ignore[attr-defined]
+                ddl += f" DEFAULT {arg if arg.isdigit() else _sql_string(arg)}"
             try:
                 with engine.begin() as connection:
                     connection.execute(text(ddl))
             except (OperationalError, ProgrammingError):
                 pass  # another process added it first
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:

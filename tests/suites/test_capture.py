@@ -1,24 +1,87 @@
-"""The artifacts capture records what inductor produced, and loses only a figure (never the test) on a torch that
-lacks one of the private metrics it reads."""
+"""The artifacts capture: what inductor produced and why dynamo broke or recompiled a graph, per test, for the
+built-in suites and a repository's own tests alike; bounded, and never the reason a test is skipped."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
 import torch
 
-from suites import harness
+from suites import capture, harness
+
+from .repo_run import RepoRun, run_repo_tests
+
+LEDGER_TESTS = '''import unittest
+
+import torch
 
 
-def _compile_and_run() -> harness.CompileCapture:
+def noisy(x):
+    y = torch.sin(x)
+    print("a graph break")
+    return torch.cos(y)
+
+
+def scaled(x, n):
+    return x * n
+
+
+def test_graph_break_and_recompile():
+    torch.compile(noisy)(torch.randn(8))
+    compiled = torch.compile(scaled)
+    compiled(torch.randn(8), 2)
+    compiled(torch.randn(8), 3)
+
+
+class TestLikePyTorch(unittest.TestCase):  # as torch._dynamo.test_case.TestCase does
+    def setUp(self):
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+
+    def tearDown(self):
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+
+    def test_compiles(self):
+        torch.compile(lambda x: torch.tanh(x) + 1)(torch.randn(8))
+
+
+def test_many_long_breaks():
+    for _ in range(60):
+        torch._dynamo.reset()  # as PyTorch's helpers do between models: the events must survive it
+
+        def chatty(x):
+            x = x + 1
+            torch._dynamo.graph_break(msg="why " * 400)
+            return x * 2
+
+        torch.compile(chatty, backend="eager")(torch.randn(2))
+'''
+
+
+@pytest.fixture(scope="module")
+def ledger_run(tmp_path_factory: pytest.TempPathFactory) -> RepoRun:
+    root = tmp_path_factory.mktemp("ledger")
+    (root / "checkout" / "tests").mkdir(parents=True)
+    (root / "checkout" / "tests" / "test_ledger.py").write_text(LEDGER_TESTS)
+    run = run_repo_tests(root / "checkout", root / "work")
+    assert run.returncode == 0, run.describe()
+    return run
+
+
+def _compile_and_run() -> capture.CompileCapture:
     harness.reset_dynamo()
-    with harness.CompileCapture().active() as capture:
+    with capture.CompileCapture().active() as captured:
         torch.compile(lambda x: torch.sin(x) * 2)(torch.randn(8))
-    return capture
+    return captured
 
 
 def test_capture_records_code_and_metrics() -> None:
-    capture = _compile_and_run()
-    assert len(capture.codes) == 1 and "def call(" in capture.codes[0]
-    assert capture.metrics["graphs"] == 1 and capture.metrics["compile_time_s"] > 0
+    captured = _compile_and_run()
+    assert len(captured.codes) == 1 and "def call(" in captured.codes[0]
+    assert captured.metrics["graphs"] == 1 and captured.metrics["compile_time_s"] > 0
+    assert captured.code_bytes == len(captured.codes[0].encode())
 
 
 def test_a_private_api_this_torch_lacks_is_no_figure_not_a_skip() -> None:
@@ -26,3 +89,44 @@ def test_a_private_api_this_torch_lacks_is_no_figure_not_a_skip() -> None:
     assert harness._optional("torch._dynamo.utils", "no_such_metric_in_any_torch") is None
     assert harness._optional("torch._no_such_module", "counters") is None
     assert harness._optional("torch._dynamo.utils", "counters") is not None
+
+
+def test_ledger_fields_name_the_graph_break_and_the_recompile_of_each_test(ledger_run: RepoRun) -> None:
+    run = ledger_run
+    ledger = run.metrics("tests/test_ledger.py::test_graph_break_and_recompile")
+    line = LEDGER_TESTS.splitlines().index('    print("a graph break")') + 1
+    assert len(ledger["graph_break_reasons"]) == 1, ledger
+    reason = ledger["graph_break_reasons"][0]
+    assert "print" in reason and reason.endswith(f"(tests/test_ledger.py:{line})"), reason
+    assert ledger["recompile_reasons"] == ["n == 2 # return x * n # " + ledger["recompile_reasons"][0].split(" # ")[-1]]
+    assert ledger["recompile_reasons"][0].split(" # ")[-1].endswith("test_ledger.py:13 in scaled"), ledger
+    assert ledger["graph_breaks"] == 1 and ledger["recompiles"] == 1 and ledger["graphs"] == 4, ledger
+    files = sorted(run.test_dir("tests/test_ledger.py::test_graph_break_and_recompile").glob("output_code_*.py"))
+    assert len(files) == ledger["output_code_files"] == 4
+    assert ledger["code_bytes"] == sum(f.stat().st_size for f in files) > 0
+    assert ledger["reruns"] == [] and ledger["outcome"] == "passed" and ledger["frames"] >= 3
+
+    # PyTorch's own TestCase clears dynamo's counters in setUp and tearDown: the figures are still this test's.
+    pytorch_style = run.metrics("tests/test_ledger.py::TestLikePyTorch::test_compiles")
+    assert pytorch_style["graphs"] == 1 and pytorch_style["frames"] == 1, pytorch_style
+    assert pytorch_style["output_code_files"] == 1 and pytorch_style["graph_break_reasons"] == []
+
+
+def test_ledger_lists_and_reasons_are_bounded(ledger_run: RepoRun) -> None:
+    many = ledger_run.metrics("tests/test_ledger.py::test_many_long_breaks")
+    assert len(many["graph_break_reasons"]) == capture.MAX_REASONS, many
+    assert all(len(r) <= capture.MAX_REASON_CHARS for r in many["graph_break_reasons"])
+    assert "why why" in many["graph_break_reasons"][0]
+    # The list stops at MAX_REASONS; the counter still counts every break (a reset does not clear it).
+    assert many["graph_breaks"] == 60 and many["graphs"] == 120, many
+
+
+def test_reason_texts_are_one_bounded_line_without_run_specific_ids() -> None:
+    assert capture.describe_recompile("12/3: L['n'] == 2\nUser stack trace:\n  File x") == "L['n'] == 2"
+    assert capture.describe_recompile("x" * 5000) == "x" * (capture.MAX_REASON_CHARS - 1) + "…"
+    frame = SimpleNamespace(filename="/job/checkout/pkg/model.py", lineno=7)
+    inner = SimpleNamespace(filename="/opt/venv/torch/nn/modules/module.py", lineno=1)
+    reason = SimpleNamespace(reason="Unsupported call\n  Explanation: it cannot\n  Hint: do not",
+                             user_stack=[frame, inner])
+    assert capture.describe_graph_break(reason, "/job/checkout") == "Unsupported call — it cannot (pkg/model.py:7)"
+    assert capture.describe_graph_break(SimpleNamespace(reason="x\ty", user_stack=[]), "") == "x y"

@@ -431,3 +431,21 @@ def test_main_serves_until_sigterm(public_pem: bytes, tmp_path: Path) -> None:
             assert json.loads(response.read()) == []
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 0
+
+
+def test_the_supplementary_spec_adds_editing_a_comment_and_nothing_else(emulator: GitHubEmulator, repo: Any,
+                                                                       gh: github.Github) -> None:
+    comment = repo.get_issue(5).create_comment("first")
+    url = f"{repo.url}/issues/comments/{comment.id}"
+    _headers, data = gh.requester.requestJsonAndCheck("PATCH", url, input={"body": "edited in place"})
+    assert (data["id"], data["body"]) == (comment.id, "edited in place")
+    assert [c["body"] for c in emulator.comments] == ["edited in place"]
+    with pytest.raises(github.GithubException) as refused:  # the spec's schema: body is required, a string
+        gh.requester.requestJsonAndCheck("PATCH", url, input={"body": 5})
+    assert refused.value.status == 422
+    with pytest.raises(github.UnknownObjectException):
+        gh.requester.requestJsonAndCheck("PATCH", f"{repo.url}/issues/comments/999", input={"body": "x"})
+    emulator.take_errors()
+    with pytest.raises(github.UnknownObjectException):  # deleting is in neither file: still an unknown route
+        gh.requester.requestJsonAndCheck("DELETE", url)
+    assert emulator.take_errors() == [f"unknown route: DELETE /repos/{REPO}/issues/comments/{comment.id}"]

@@ -159,6 +159,19 @@ def create_issue_comment(state: EmulatorState, call: Call) -> Reply:
     return Reply(201, comment, {"Location": comment["url"]})
 
 
+def update_issue_comment(state: EmulatorState, call: Call) -> Reply:
+    comment_id = call.number("comment_id")
+    with state.lock:
+        comment = next((c for c in state.comments if c["id"] == comment_id and c["repository"] == call.full_name),
+                       None)
+        if comment is None:
+            return not_found()
+        comment["body"] = call.body["body"]
+        comment["edits"] = comment.get("edits", 0) + 1
+        number = comment["issue_number"]
+    return Reply(200, resources.issue_comment(state, call.full_name, number, comment_id, call.body["body"]))
+
+
 def create_comment_reaction(state: EmulatorState, call: Call) -> Reply:
     wanted = {"repository": call.full_name, "comment_id": call.number("comment_id"), "content": call.body["content"]}
     with state.lock:
@@ -203,6 +216,7 @@ ROUTES: dict[str, Handler] = {
     "pulls/get": get_pull,
     "pulls/list-files": list_pull_files,
     "issues/create-comment": create_issue_comment,
+    "issues/update-comment": update_issue_comment,
     "reactions/create-for-issue-comment": create_comment_reaction,
     "repos/get-collaborator-permission-level": get_collaborator_permission,
     "repos/create-commit-status": create_commit_status,

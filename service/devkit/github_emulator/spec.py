@@ -18,6 +18,8 @@ from referencing.jsonschema import DRAFT7
 
 SPEC_ENV = "COMPILE_CI_GITHUB_SPEC"
 _SPEC_RELATIVE = "shared/fixtures/github/openapi-ci-subset.json"
+# Operations we call that the shared subset lacks (GitHub's own descriptions; paths only, refs into the subset).
+SUPPLEMENT = Path(__file__).with_name("openapi-supplement.json")
 _BASE_URI = "urn:compile-ci:github-openapi"
 _METHODS = ("get", "post", "patch", "put", "delete")
 
@@ -85,11 +87,15 @@ def _allow_null(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 class OpenAPISpec:
-    """The 17 operations of `openapi-ci-subset.json`, loaded once per path."""
+    """The operations of `openapi-ci-subset.json` and of our supplement beside it, loaded once per path."""
 
     def __init__(self, spec_path: str | os.PathLike[str] | None = None) -> None:
         self.path = locate_spec(spec_path)
         self.doc: dict[str, Any] = json.loads(self.path.read_text(encoding="utf-8"))
+        supplement = json.loads(SUPPLEMENT.read_text(encoding="utf-8"))
+        for template, item in supplement["paths"].items():
+            self.doc["paths"].setdefault(template, {}).update(
+                {method: op for method, op in item.items() if method not in self.doc["paths"].get(template, {})})
         resource = Resource(contents=to_json_schema(self.doc), specification=DRAFT7)
         self._registry: Registry[Any] = Registry().with_resource(_BASE_URI, resource)
         self.operations: dict[str, Operation] = {}

@@ -1,0 +1,68 @@
+"""The sticky pull-request comment's text: every check run of the head against its base, in one place (pure)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from service.compare.judgement import BaseStatus, Judgement
+from service.compare.verdicts import Verdict
+
+MARKER = "<!-- compile-ci: the head's check runs against the base -->"
+MAX_LINES = 15  # per list
+ICONS = {"success": "✅", "failure": "❌", "neutral": "⚪", "cancelled": "⏹", "timed_out": "⏱"}
+
+
+@dataclass(frozen=True)
+class CheckSummary:
+    name: str
+    conclusion: str
+    url: str  # the job page
+    judgement: Judgement | None
+    test_url: Callable[[str], str]
+
+
+def worth_a_comment(checks: list[CheckSummary]) -> bool:
+    """Anything but all green and unchanged."""
+    return any(c.conclusion != "success" or (c.judgement is not None and c.judgement.noteworthy) for c in checks)
+
+
+def render_comment(head_sha: str, base_sha: str | None, checks: list[CheckSummary]) -> str:
+    against = f" against its base `{base_sha[:12]}`" if base_sha else ""
+    lines = [MARKER, f"### compile-ci: `{head_sha[:12]}`{against}", "",
+             "| check | conclusion | new failures | failing at base | flaky | budget violations | code changed |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for c in checks:
+        j = c.judgement if c.judgement is not None and c.judgement.base.status == BaseStatus.READY else None
+        figures = [len(j.of(Verdict.NEW_FAILURE)), len(j.of(Verdict.FAILING_AT_BASE)), len(j.of(Verdict.FLAKY)),
+                   len(j.violations), len(j.code_changed)] if j else ["–"] * 5
+        icon = ICONS.get(c.conclusion, "")
+        lines.append(f"| [{c.name}]({c.url}) | {icon} {c.conclusion} | " + " | ".join(map(str, figures)) + " |")
+    pending = [c.name for c in checks if c.judgement is not None and c.judgement.base.status != BaseStatus.READY]
+    if pending:
+        lines += ["", f"Not compared with the base (still running or no usable result): {', '.join(pending)}. "
+                      "This comment is updated when it finishes."]
+    for title, pick in (
+        ("New failures", lambda j: [(t.nodeid, "") for t in j.of(Verdict.NEW_FAILURE, Verdict.FAILED)]),
+        ("Budget violations", lambda j: [(v.nodeid, v.describe()) for v in j.violations]),
+        ("Flaky", lambda j: [(t.nodeid, t.detail) for t in j.of(Verdict.FLAKY)]),
+        ("Failing at the base too", lambda j: [(t.nodeid, "") for t in j.of(Verdict.FAILING_AT_BASE)]),
+        ("Generated code changed", lambda j: [(t.nodeid, "") for t in j.code_changed]),
+    ):
+        lines += _section(title, checks, pick)
+    return "\n".join(lines)
+
+
+def _section(title: str, checks: list[CheckSummary],
+             pick: Callable[[Judgement], list[tuple[str, str]]]) -> list[str]:
+    entries = [(c, nodeid, said) for c in checks if c.judgement is not None
+               and c.judgement.base.status == BaseStatus.READY for nodeid, said in pick(c.judgement)]
+    if not entries:
+        return []
+    lines = ["", f"**{title}** ({len(entries)})", ""]
+    for c, nodeid, said in entries[:MAX_LINES]:
+        text = said.replace("\n", " ")[:300]
+        lines.append(f"- {c.name}: [`{nodeid}`]({c.test_url(nodeid)})" + (f" — {text}" if text else ""))
+    if len(entries) > MAX_LINES:
+        lines.append(f"- … and {len(entries) - MAX_LINES} more")
+    return lines

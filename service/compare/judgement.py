@@ -1,0 +1,142 @@
+"""A head job judged against its base job (pure): verdicts, budget violations, ledger deltas, changed code."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from service.compare.budgets import Budgets, Violation, violations
+from service.compare.ledger import Ledger, ledger_of
+from service.compare.verdicts import RED, Verdict, classify
+from service.store import TestResult
+
+
+class BaseStatus(StrEnum):
+    READY = "ready"  # the base job finished with per-test results
+    PENDING = "pending"  # queued or running: judged as without a base for now, re-judged when it finishes
+    BROKEN = "broken"  # it ended without per-test results (infrastructure error, crash, timeout, cancelled)
+    NONE = "none"  # not a pull request, no base sha, or no base job of this suite and device
+
+
+@dataclass(frozen=True)
+class BaseInfo:
+    status: BaseStatus
+    sha: str = ""
+    run_id: str = ""
+    kind: str = ""  # "push run" | "base run"
+    reason: str = ""  # why a BROKEN base could not be used (its check run's title)
+    url: str = ""  # the base job's page
+
+
+@dataclass(frozen=True)
+class TestJudgement:
+    nodeid: str
+    verdict: Verdict
+    head: Ledger
+    base: Ledger | None
+    violations: tuple[Violation, ...] = ()
+    code_changed: bool = False
+    message: str = ""
+
+    @property
+    def detail(self) -> str:
+        parts = [v.describe() for v in self.violations]
+        if self.verdict == Verdict.FLAKY:
+            parts.insert(0, f"earlier attempts in this job: {', '.join(self.head.reruns)}")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Delta:
+    nodeid: str
+    figure: str
+    base: float
+    head: float
+
+    @property
+    def weight(self) -> float:
+        """Graph breaks and recompiles first (any change matters), then relative changes of time and size."""
+        if self.figure in ("graph_breaks", "recompiles"):
+            return 1000.0 + abs(self.head - self.base)
+        return abs(self.head - self.base) / max(abs(self.base), 1e-9)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    base: BaseInfo
+    tests: list[TestJudgement] = field(default_factory=list)
+    deltas: list[Delta] = field(default_factory=list)
+
+    def of(self, *verdicts: Verdict) -> list[TestJudgement]:
+        return [t for t in self.tests if t.verdict in verdicts]
+
+    @property
+    def violations(self) -> list[Violation]:
+        return [v for t in self.tests for v in t.violations]
+
+    @property
+    def code_changed(self) -> list[TestJudgement]:
+        return [t for t in self.tests if t.code_changed]
+
+    @property
+    def red(self) -> bool:
+        return bool(self.of(*RED) or self.violations)
+
+    @property
+    def counts(self) -> Counter[str]:
+        return Counter(t.verdict.value for t in self.tests)
+
+    @property
+    def noteworthy(self) -> bool:
+        """Worth a pull-request comment: anything but all green and unchanged."""
+        shown = (Verdict.NEW_FAILURE, Verdict.FAILED, Verdict.FAILING_AT_BASE, Verdict.FLAKY, Verdict.FIXED)
+        return bool(self.of(*shown) or self.violations or self.code_changed)
+
+
+LEDGER_FIGURES = ("graph_breaks", "recompiles", "compile_time_s", "kernels_generated", "code_bytes")
+MIN_TIME_DELTA_S = 0.05  # compile-time moves smaller than this are noise, not changes
+
+
+def judge(head: Sequence[TestResult], base: Sequence[TestResult] | None, info: BaseInfo, budgets: Budgets,
+          code_changed: Callable[[str], bool] = lambda nodeid: False) -> Judgement:
+    """Every head test's verdict; with no usable base (`base` None), each is judged as without comparison."""
+    by_id = {r.nodeid: r for r in base or ()}
+    tests, deltas = [], []
+    for result in head:
+        head_ledger = ledger_of(result.metrics)
+        other = by_id.get(result.nodeid)
+        verdict = classify(result.outcome, head_ledger.reruns, other.outcome if other else None)
+        if other is None:
+            tests.append(TestJudgement(result.nodeid, verdict, head_ledger, None, message=result.message))
+            continue
+        base_ledger = ledger_of(other.metrics)
+        found = tuple(violations(result.nodeid, base_ledger, head_ledger, budgets))
+        changed = result.outcome not in ("skipped",) and code_changed(result.nodeid)
+        tests.append(TestJudgement(result.nodeid, verdict, head_ledger, base_ledger, found, changed, result.message))
+        deltas += _deltas(result.nodeid, base_ledger, head_ledger)
+    deltas.sort(key=lambda d: (-d.weight, d.nodeid, d.figure))
+    return Judgement(info, tests, deltas)
+
+
+def _deltas(nodeid: str, base: Ledger, head: Ledger) -> list[Delta]:
+    found = []
+    for figure in LEDGER_FIGURES:
+        before, after = getattr(base, figure), getattr(head, figure)
+        if before is None or after is None or before == after:
+            continue
+        if figure == "compile_time_s" and abs(after - before) < MIN_TIME_DELTA_S:
+            continue
+        found.append(Delta(nodeid, figure, before, after))
+    return found
+
+
+def judged_conclusion(raw: str, tests_ran: bool, judgement: Judgement | None) -> str:
+    """Red only for new failures and budget violations; an outcome that is not about tests (a timeout, an
+    infrastructure error, a crash) stays as it was, as does a job judged without a usable base."""
+    if judgement is None or not tests_ran or raw not in ("success", "failure"):
+        return raw
+    if judgement.base.status != BaseStatus.READY:
+        return raw
+    return "failure" if judgement.red else "success"

@@ -1,0 +1,57 @@
+"""A pull request's base: the default branch's push run at its base sha, else a base run compile-ci schedules.
+
+A base run is an internal run (trigger `base`) at the base sha with the head's `.compile-ci.toml`, so its jobs are
+the head's (same suites, devices, timeouts, targets, requirements). It reports nothing to GitHub, its jobs wait
+behind every head job (Celery priority LOW), and its id is a hash of (repository, sha, runner builds, config), so a
+second pull request on the same base with the same config reuses it instead of running it again.
+
+Trust: the code is the base sha of the repository itself, but the config (and so the requirements installed) is
+the head's. A base run is therefore as trusted as the pull request that asked for it: a trusted author's base run
+gets the repository's trusted compile cache, an approved outsider's gets a throwaway layer over it (gate approved).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+
+from service.jobs.context import WorkerContext
+from service.jobs.lifecycle import Gate, RunState
+from service.repo_config import DEVICES
+from service.store import NewRun, Run
+
+log = logging.getLogger(__name__)
+NULL_SHA = "0" * 40
+BASE_TRIGGER = "base"
+
+
+def link_base(ctx: WorkerContext, run: Run, config_text: str) -> str | None:
+    """The run whose results serve as this pull request run's base (linked in the store), or None."""
+    if run.trigger != "pull_request" or not run.base_sha or run.base_sha == NULL_SHA:
+        return None
+    if run.base_run_id:
+        return run.base_run_id
+    push = ctx.store.push_run_at(run.repo_full_name, run.base_sha)
+    if push is not None:
+        ctx.store.link_base(run.id, push.id)
+        return push.id
+    base = _base_run(ctx, run, config_text)
+    ctx.store.link_base(run.id, base.id)
+    return base.id
+
+
+def _base_run(ctx: WorkerContext, run: Run, config_text: str) -> Run:
+    runner_builds = [ctx.runner.cache_key(device) for device in DEVICES]
+    key = hashlib.sha256("\0".join([config_text, *runner_builds]).encode()).hexdigest()[:24]
+    gate = Gate.TRUSTED if run.gate == Gate.TRUSTED else Gate.APPROVED
+    new = NewRun(repo_full_name=run.repo_full_name, repo_id=run.repo_id, installation_id=run.installation_id,
+                 clone_url=run.clone_url, private=run.private, trigger=BASE_TRIGGER, trigger_ref=f"base/{key}",
+                 pr_number=None, branch="", head_sha=run.base_sha or "", sender="", gate=gate,
+                 config_text=config_text)
+    base, created = ctx.store.create_run_if_absent(new)
+    if created or base.state == RunState.PLANNING:
+        log.info("run %s: base run %s at %s", run.id, base.id, new.head_sha[:12])
+        ctx.queue.plan_run(base.id)
+    else:
+        log.info("run %s: reusing base run %s at %s", run.id, base.id, new.head_sha[:12])
+    return base

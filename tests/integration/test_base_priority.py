@@ -1,0 +1,23 @@
+"""A base run's jobs wait behind every head job: they go to the Redis transport's lowest-priority list."""
+
+from __future__ import annotations
+
+import redis
+
+from service.celery_app import CeleryQueue, create_celery
+from service.config import Settings
+
+SEP = "\x06\x16"  # kombu's Redis transport: one list per priority step, "<queue>\x06\x16<step>" (0 is the bare name)
+
+
+def test_base_jobs_are_sent_behind_head_jobs(settings: Settings) -> None:
+    app = create_celery(settings)
+    queue = CeleryQueue(app)
+    queue.run_job("head-correctness-cpu", "cpu")
+    queue.run_job("base-correctness-cpu", "cpu", low=True)
+    queue.run_job("lost-correctness-cpu", "cpu", again=True)
+    client = redis.Redis.from_url(settings.redis_url)
+    lengths = {step: client.llen(f"cpu{SEP}{step}") for step in (3, 6, 9)}
+    assert lengths == {3: 1, 6: 1, 9: 1}
+    assert b"base-correctness-cpu" in client.lindex(f"cpu{SEP}9", 0)  # type: ignore[operator]
+    app.close()
