@@ -1,0 +1,1 @@
+"""Comparing a pull request's head with its base: generated code (codediff)."""
