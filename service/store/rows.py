@@ -54,6 +54,8 @@ class Run(Base):
     state: Mapped[str] = mapped_column(String(20), default="planning")  # lifecycle.RunState
     config_error: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    base_sha: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    base_run_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
 
 
 class Job(Base):
