@@ -47,7 +47,7 @@ def _legend(names: Sequence[str], own_label: str) -> list[str]:
                  f'stroke-dasharray="4 3"/><text class="legend-own" x="{PAD + 322}" y="{top + 14}" '
                  f'font-size="11">{escape(own_label)}</text>')
     for i, (outcome, colour) in enumerate([*OUTCOME_COLOURS.items(), ("other", OTHER_OUTCOME)]):
-        parts.append(f'<circle cx="{PAD + 4 + 58 * i}" cy="{top + 10}" r="3.5" fill="{colour}"/>'
+        parts.append(f'<rect x="{PAD + 58 * i}" y="{top + 6}" width="7" height="7" fill="{colour}"/>'
                      f'<text x="{PAD + 10 + 58 * i}" y="{top + 14}" font-size="10">{outcome}</text>')
     return parts
 
