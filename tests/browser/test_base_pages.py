@@ -162,6 +162,8 @@ def test_hostile_code_files_are_cut_escaped_or_refused(client: FlaskClient, sett
     (head / "output_code_2.py").write_bytes(b"\x7fELF\x00\x01" * 1000)
     (head / "output_code_3.py").symlink_to("/etc/passwd")
     os.mkfifo(head / "output_code_4.py")  # opening a FIFO would hang the page
+    for index in range(5, 9):  # four more files at the 256 KiB cap: the last one is past the side's 1 MiB
+        (head / f"output_code_{index}.py").write_text(f"y{index} = 0\n" * 40_000)
     (base / "output_code_3.py").unlink()
     (base / "output_code_3.py").symlink_to(settings.database_url.removeprefix("sqlite:///"))
     _metrics(settings, job, compile_time_s="fast", graphs=[1], graph_break_reasons={"not": "a list"},
@@ -170,6 +172,7 @@ def test_hostile_code_files_are_cut_escaped_or_refused(client: FlaskClient, sett
     assert "<script>alert(2)" not in page and "&lt;/pre&gt;&lt;script&gt;" in page
     assert len(page) < 3_000_000 and "Cut: files are compared up to 256 KiB" in page
     assert "not text: not compared" in page
+    assert page.count("past the page's 1024 KiB of code: not compared") == 1
     assert "root:x:" not in page and "SQLite" not in page
     assert "and 32 more" in page and "r" * 2001 not in page  # 82 reasons kept as text, 50 shown, each cut
     assert _page(client, f"/jobs/{job.id}/tests/{NAME}").count("output_code_") >= 1  # the test page survives too

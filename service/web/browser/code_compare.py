@@ -2,8 +2,9 @@
 next to the outcomes and compile ledger of both sides.
 
 Both sides' files were written by jobs (the head's by the pull request's code): only regular files inside the
-attempt's directory are read, at most MAX_GRAPHS of them and FILE_LIMIT bytes each; a file with NUL bytes is
-binary and not compared; the diff shown stops at MAX_DIFF_LINES lines. Pygments escapes everything it renders.
+attempt's directory are read, at most MAX_GRAPHS of them, FILE_LIMIT bytes each and SIDE_LIMIT bytes in all
+(later graphs are listed, not compared); a file with NUL bytes is binary and not compared; a graph's diff shows at
+most MAX_DIFF_LINES lines, the page PAGE_DIFF_LINES. Pygments escapes everything it renders.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from suites.naming import sanitise_nodeid
 blueprint = Blueprint("code_compare", __name__)
 MAX_GRAPHS = 64
 FILE_LIMIT = 256 * 1024
+SIDE_LIMIT = 1024 * 1024
 MAX_DIFF_LINES = 4000
+PAGE_DIFF_LINES = 10_000
 CODE_PREFIX = "output_code_"
 
 
@@ -37,6 +40,7 @@ class CodeFile:
     text: str
     cut: bool  # longer than FILE_LIMIT: only the beginning was read
     binary: bool
+    unread: bool = False  # beyond SIDE_LIMIT: not read at all
 
 
 def _graph_number(path: Path) -> int:
@@ -57,16 +61,21 @@ def code_paths(folder: Path) -> list[Path]:
 
 
 def read_codes(folder: Path | None) -> list[CodeFile]:
-    codes = []
+    codes, left = [], SIDE_LIMIT
     for path in code_paths(folder) if folder is not None else []:
+        if left <= 0:
+            codes.append(CodeFile(path.name, "", True, False, unread=True))
+            continue
         try:
             with open(path, "rb") as handle:
-                raw = handle.read(FILE_LIMIT + 1)
+                raw = handle.read(min(FILE_LIMIT, left) + 1)
         except OSError:
             continue
+        kept = raw[:min(FILE_LIMIT, left)]
+        left -= len(kept)
         binary = b"\x00" in raw
-        codes.append(CodeFile(path.name, "" if binary else raw[:FILE_LIMIT].decode("utf-8", errors="replace"),
-                              len(raw) > FILE_LIMIT, binary))
+        codes.append(CodeFile(path.name, "" if binary else kept.decode("utf-8", errors="replace"),
+                              len(raw) > len(kept), binary))
     return codes
 
 
@@ -74,35 +83,43 @@ def read_codes(folder: Path | None) -> list[CodeFile]:
 class GraphDiff:
     base_name: str  # "" for a graph only the head compiled
     head_name: str  # "" for a graph only the base compiled
-    state: str  # changed | identical | added | removed | binary
+    state: str  # changed | identical | added | removed | binary | unread
     html: Markup
     added: int
     removed: int
-    cut: bool  # a file was longer than FILE_LIMIT, or the diff longer than MAX_DIFF_LINES
+    cut: bool  # a file was longer than FILE_LIMIT, or not all the diff is shown
+    shown: int = 0  # lines of the diff shown
 
 
-def _rendered(lines: list[str], formatter: HtmlFormatter) -> tuple[Markup, bool]:
-    cut = len(lines) > MAX_DIFF_LINES
+def _rendered(lines: list[str], formatter: HtmlFormatter, most: int) -> tuple[Markup, int]:
+    """The diff highlighted, at most `most` lines of it, and how many lines that is."""
+    shown = lines[:max(0, min(MAX_DIFF_LINES, most))]
     # Pygments escapes the text; the Markup only marks its (safe) HTML output.
-    return Markup(highlight("\n".join(lines[:MAX_DIFF_LINES]) + "\n", DiffLexer(), formatter)), cut
+    html = Markup(highlight("\n".join(shown) + "\n", DiffLexer(), formatter)) if shown else Markup("")
+    return html, len(shown)
+
+
+def _diff(one: CodeFile | None, other: CodeFile | None, formatter: HtmlFormatter, lines_left: int) -> GraphDiff:
+    names = (one.name if one else "", other.name if other else "")
+    for flag in ("binary", "unread"):
+        if (one and getattr(one, flag)) or (other and getattr(other, flag)):
+            return GraphDiff(*names, flag, Markup(""), 0, 0, flag == "unread")
+    lines = codediff.unified(one.text if one else "", other.text if other else "")
+    state = "added" if one is None else "removed" if other is None else "changed" if lines else "identical"
+    html, shown = _rendered(lines, formatter, lines_left)
+    added = sum(1 for line in lines[2:] if line.startswith("+"))
+    removed = sum(1 for line in lines[2:] if line.startswith("-"))
+    return GraphDiff(*names, state, html, added, removed,
+                     shown < len(lines) or bool(one and one.cut) or bool(other and other.cut), shown)
 
 
 def graph_diffs(base: list[CodeFile], head: list[CodeFile], formatter: HtmlFormatter) -> list[GraphDiff]:
     pairs = codediff.match_graphs([c.text for c in base], [c.text for c in head])
-    diffs = []
+    diffs, lines_left = [], PAGE_DIFF_LINES
     for b, h in pairs:
-        one, other = (base[b] if b is not None else None), (head[h] if h is not None else None)
-        names = (one.name if one else "", other.name if other else "")
-        if (one and one.binary) or (other and other.binary):
-            diffs.append(GraphDiff(*names, "binary", Markup(""), 0, 0, False))
-            continue
-        lines = codediff.unified(one.text if one else "", other.text if other else "")
-        state = "added" if one is None else "removed" if other is None else "changed" if lines else "identical"
-        html, cut = _rendered(lines, formatter) if lines else (Markup(""), False)
-        added = sum(1 for line in lines[2:] if line.startswith("+"))
-        removed = sum(1 for line in lines[2:] if line.startswith("-"))
-        diffs.append(GraphDiff(*names, state, html, added, removed,
-                               cut or bool(one and one.cut) or bool(other and other.cut)))
+        diffs.append(_diff(base[b] if b is not None else None, head[h] if h is not None else None, formatter,
+                           lines_left))
+        lines_left -= diffs[-1].shown
     return diffs
 
 
@@ -145,5 +162,6 @@ def diff_page(job_id: str, name: str, number: int | None = None) -> str:
         figures=ledger_view.figures(base_metrics if not reason else None, head_metrics),
         reasons=ledger_view.reasons(base_metrics if not reason else None, head_metrics),
         pygments_css=Markup(formatter.get_style_defs(".diff")), file_limit_kib=FILE_LIMIT // 1024,
-        max_diff_lines=MAX_DIFF_LINES, max_graphs=MAX_GRAPHS,
+        side_limit_kib=SIDE_LIMIT // 1024, max_diff_lines=MAX_DIFF_LINES, page_diff_lines=PAGE_DIFF_LINES,
+        max_graphs=MAX_GRAPHS,
     )
