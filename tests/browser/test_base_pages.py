@@ -27,7 +27,7 @@ def _folder(settings: Settings, job: Job) -> Path:
     return settings.artifacts_dir / job.run_id / job.id / "1" / "tests" / NAME
 
 
-def _metrics(settings: Settings, job: Job, **changes: object) -> None:
+def set_metrics(settings: Settings, job: Job, **changes: object) -> None:
     path = _folder(settings, job) / "metrics.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
 
@@ -57,8 +57,8 @@ def test_a_changed_operation_shows_as_a_highlighted_diff_with_both_outcomes_and_
         client: FlaskClient, settings: Settings, store: Store) -> None:
     codes = compiled_codes()
     base_run, base_job, run, job = pr_with_base(settings, store, codes["f"], codes["g"], head_outcome="failed")
-    _metrics(settings, base_job, graph_breaks=0, graph_break_reasons=[])
-    _metrics(settings, job, graph_breaks=1, graph_break_reasons=["call_function print <b>side effect</b>"])
+    set_metrics(settings, base_job, graph_breaks=0, graph_break_reasons=[])
+    set_metrics(settings, job, graph_breaks=1, graph_break_reasons=["call_function print <b>side effect</b>"])
     page = _page(client, f"/jobs/{job.id}/tests/{NAME}/diff")
     assert "Generated code changed in 1 of 1 graph." in page
     assert "output_code_0.py → output_code_0.py" in page
@@ -166,7 +166,7 @@ def test_hostile_code_files_are_cut_escaped_or_refused(client: FlaskClient, sett
         (head / f"output_code_{index}.py").write_text(f"y{index} = 0\n" * 40_000)
     (base / "output_code_3.py").unlink()
     (base / "output_code_3.py").symlink_to(settings.database_url.removeprefix("sqlite:///"))
-    _metrics(settings, job, compile_time_s="fast", graphs=[1], graph_break_reasons={"not": "a list"},
+    set_metrics(settings, job, compile_time_s="fast", graphs=[1], graph_break_reasons={"not": "a list"},
              recompile_reasons=["r" * 10_000, 7, None, {"x": 1}] + ["again"] * 80)
     page = _page(client, f"/jobs/{job.id}/tests/{NAME}/diff")
     assert "<script>alert(2)" not in page and "&lt;/pre&gt;&lt;script&gt;" in page
