@@ -57,7 +57,7 @@ def test_a_changed_operation_shows_as_a_highlighted_diff_with_both_outcomes_and_
         client: FlaskClient, settings: Settings, store: Store) -> None:
     codes = compiled_codes()
     base_run, base_job, run, job = pr_with_base(settings, store, codes["f"], codes["g"], head_outcome="failed")
-    set_metrics(settings, base_job, graph_breaks=0, graph_break_reasons=[])
+    set_metrics(settings, base_job, graph_breaks=0, graph_break_reasons=["an old reason"])
     set_metrics(settings, job, graph_breaks=1, graph_break_reasons=["call_function print <b>side effect</b>"])
     page = _page(client, f"/jobs/{job.id}/tests/{NAME}/diff")
     assert "Generated code changed in 1 of 1 graph." in page
@@ -71,7 +71,9 @@ def test_a_changed_operation_shows_as_a_highlighted_diff_with_both_outcomes_and_
     assert re.search(r'id="head-outcome"><span class="failed">failed', page)
     assert re.search(r"<th>compile time</th><td[^>]*>1.00 s</td><td[^>]*>1.50 s</td><td[^>]*>×1.50", page)
     assert re.search(r"<th>graph breaks</th><td[^>]*>0</td><td[^>]*>1</td><td[^>]*>\+1", page)
-    assert "(new) call_function print &lt;b&gt;side effect&lt;/b&gt;" in page
+    assert "(new) call_function print &lt;b&gt;side effect&lt;/b&gt;" in page and "(gone at head) an old reason" in page
+    assert 'class="num failed">+1</td>' in page  # a rise is red
+    assert "Recompile reasons" not in page  # neither side recorded any
     assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)" in page
     assert f'href="/runs/{base_run.id}"' in page and f'href="/jobs/{base_job.id}/tests/{NAME}"' in page
     # linked from the test page and the job page
@@ -174,6 +176,7 @@ def test_hostile_code_files_are_cut_escaped_or_refused(client: FlaskClient, sett
     assert "not text: not compared" in page
     assert page.count("past the page's 1024 KiB of code: not compared") == 1
     assert "root:x:" not in page and "SQLite" not in page
+    assert re.search(r'<th>compile time</th><td class="num">1.00 s</td><td class="num">—</td>', page)  # "fast"
     assert "and 32 more" in page and "r" * 2001 not in page  # 82 reasons kept as text, 50 shown, each cut
     assert _page(client, f"/jobs/{job.id}/tests/{NAME}").count("output_code_") >= 1  # the test page survives too
     assert "root:x:" not in _page(client, f"/jobs/{job.id}/tests/{NAME}")
@@ -202,3 +205,6 @@ def test_history_chart_draws_the_default_branch_as_baseline_and_this_prs_runs(
     assert "77.000" not in page and other_pr.id not in page  # another pull request's runs are not drawn
     assert ">seconds</text>" in page and ">runs of this test, oldest to newest</text>" in page
     assert 'class="legend-baseline"' in page and ">PR #12</text>" in page
+    push_job = f"{pushes[2].id}-correctness-cpu"  # a push run: the default branch, and itself as "this run"
+    push_page = _page(client, f"/jobs/{push_job}/tests/{NAME}")
+    assert push_page.count("· default branch</title>") == 6 and push_page.count("· this run</title>") == 2
