@@ -13,7 +13,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from service.config import Settings
-from service.store import Job, Run, Store
+from service.store import Job, Run, Store, TestResult
 from suites.naming import sanitise_nodeid
 from tests.browser.seed import SeededTest, seed_job, seed_run
 from tests.inductor_pair import compiled_codes, write_codes
@@ -109,6 +109,12 @@ def test_without_a_base_result_the_page_says_why(client: FlaskClient, settings: 
     assert "This run has no base" in _page(client, f"/jobs/{plain.id}/tests/{NAME}/diff")
     assert 'id="compare"' not in _page(client, f"/jobs/{plain.id}/tests/{NAME}")
     assert "vs base" not in _page(client, f"/jobs/{plain.id}")
+
+    zeros = force_run(store, seed_run(store, pr=6, sha="6" * 40).id, base_sha="0" * 40)  # GitHub's "no commit"
+    zero_job = seed_job(settings, store, zeros, [SeededTest(NODEID)])
+    assert "This run has no base" in _page(client, f"/jobs/{zero_job.id}/tests/{NAME}/diff")
+    assert 'id="run-base"' not in _page(client, f"/runs/{zeros.id}")
+    assert "vs base" not in _page(client, f"/jobs/{zero_job.id}")
 
     waiting = seed_run(store, pr=4, sha="e" * 40)
     force_run(store, waiting.id, base_sha="f" * 40)
@@ -208,3 +214,18 @@ def test_history_chart_draws_the_default_branch_as_baseline_and_this_prs_runs(
     push_job = f"{pushes[2].id}-correctness-cpu"  # a push run: the default branch, and itself as "this run"
     push_page = _page(client, f"/jobs/{push_job}/tests/{NAME}")
     assert push_page.count("· default branch</title>") == 6 and push_page.count("· this run</title>") == 2
+
+
+@pytest.mark.skipif(not hasattr(TestResult, "verdict"), reason="the base-judge's test_results.verdict column")
+def test_the_stored_verdict_is_a_badge_on_the_test_and_diff_pages(client: FlaskClient, settings: Settings,
+                                                                 store: Store) -> None:
+    codes = compiled_codes()
+    *_, job = pr_with_base(settings, store, codes["f"], codes["g"], base_outcome="failed", head_outcome="failed")
+    for path in (f"/jobs/{job.id}/tests/{NAME}", f"/jobs/{job.id}/tests/{NAME}/diff"):
+        assert 'id="verdict"' not in _page(client, path)  # not judged yet
+    with store.session() as s:
+        for row in s.query(TestResult).filter(TestResult.job_id == job.id):
+            row.verdict = "failing_at_base"
+    for path in (f"/jobs/{job.id}/tests/{NAME}", f"/jobs/{job.id}/tests/{NAME}/diff"):
+        badge = '<span class="badge verdict failing_at_base" id="verdict">failing at base too</span>'
+        assert badge in _page(client, path)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from sqlalchemy import and_, or_, select
 
-from service.store import Job, Run, Store
+from service.store import Job, Run, Store, TestResult
 from service.store.rows import job_id_for
 from service.web.browser.lookup import TEST_NAME
 
@@ -42,7 +42,7 @@ def base_run_of(store: Store, run: Run) -> Run | None:
         base = store.get_run(run.base_run_id)
         if base is not None and base.id != run.id and base.repo_full_name == run.repo_full_name:
             return base
-    if run.base_sha:
+    if run.base_sha and has_base(run):
         pushes = [r for r in store.runs_at_sha(run.repo_full_name, run.base_sha)
                   if r.trigger != "pull_request" and r.id != run.id]
         return pushes[-1] if pushes else None
@@ -51,7 +51,7 @@ def base_run_of(store: Store, run: Run) -> Run | None:
 
 def base_of(store: Store, artifacts_dir: Path, run: Run, suite: str, device: str) -> BaseSide:
     """The job of `suite` and `device` in the base run, finished, with its artifact directory."""
-    if not run.base_sha and not run.base_run_id:
+    if not has_base(run):
         return BaseSide(None, None, None, "This run has no base: it is not a pull request's run, "
                                           "or it started before compile-ci compared runs with their base.")
     base = base_run_of(store, run)
@@ -78,10 +78,25 @@ def runs_based_on(store: Store, run: Run) -> list[Run]:
         return list(s.scalars(query))
 
 
-def classification_of(job_id: str, attempt: int, nodeid: str) -> str | None:
-    """The base-judge's verdict on a test (new failure, failing at base, fixed, flaky, ...) once it is stored.
+# The base-judge's verdicts (service/compare/verdicts.py), in words; failed / passed (no base to compare with) and
+# "" (not judged yet) get no badge.
+VERDICT_WORDS = {"new_failure": "new failure", "failing_at_base": "failing at base too", "fixed": "fixed",
+                 "flaky": "flaky", "skipped": "skipped", "unchanged": "unchanged"}
 
-    The one place pages ask for it: the test page and the diff page show it as a badge when this answers.
-    """
-    del job_id, attempt, nodeid  # not stored yet
-    return None
+
+def has_base(run: Run) -> bool:
+    """A pull request's run with a base commit (all zeros: GitHub's "no commit") or a named base run."""
+    return bool(run.base_run_id or (run.base_sha and run.base_sha.strip("0")))
+
+
+def classification_of(store: Store, job_id: str, attempt: int, nodeid: str) -> tuple[str, str] | None:
+    """(words, verdict) of the base-judge's verdict on a test, stored in `test_results.verdict`; None when there is
+    none. The one place pages ask for it: the test page and the diff page show it as a badge."""
+    column = getattr(TestResult, "verdict", None)  # the base-judge's column; absent from stores without it
+    if column is None:
+        return None
+    with store.session() as s:
+        verdict = s.scalar(select(column).where(TestResult.job_id == job_id, TestResult.attempt == attempt,
+                                                TestResult.nodeid == nodeid).limit(1))
+    words = VERDICT_WORDS.get(str(verdict or ""))
+    return (words, str(verdict)) if words else None

@@ -157,7 +157,7 @@ def diff_page(job_id: str, name: str, number: int | None = None) -> str:
         "diff.html", run=run, job=job, name=name, nodeid=nodeid, base=base, reason=reason,
         head_outcome=head_result.outcome if head_result else str(head_metrics.get("outcome") or ""),
         base_outcome=base_result.outcome if base_result else "",
-        classification=base_lookup.classification_of(job.id, job.attempt, nodeid),
+        classification=base_lookup.classification_of(wiring().store, job.id, job.attempt, nodeid),
         head_codes=head_codes, base_codes=base_codes, diffs=diffs, changed=changed,
         figures=ledger_view.figures(base_metrics if not reason else None, head_metrics),
         reasons=ledger_view.reasons(base_metrics if not reason else None, head_metrics),

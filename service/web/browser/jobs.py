@@ -123,7 +123,7 @@ def _tree(files: list[tuple[str, int]], per_test: bool) -> dict[str, Any]:
 def job_page(job_id: str, number: int | None = None) -> str:
     run, job, directory, attempts = load_attempt(job_id, number)
     files = queries.artifact_files(wiring().store, job.id, job.attempt, per_test=False) if job.ran else []
-    compare = bool(run.base_sha or run.base_run_id)
+    compare = base_lookup.has_base(run)
     rows = test_rows(job, directory, compare) if job.ran else []
     base = base_lookup.base_of(wiring().store, wiring().settings.artifacts_dir, run, job.suite, job.device)
     log_path = directory / "log.txt"

@@ -52,4 +52,5 @@ def run_page(run_id: str) -> str:
     store = wiring().store
     return render_template("run.html", run=run, suites=suites, devices=devices, grid=grid,
                            github=wiring().settings.github_web_url, base_run=base_lookup.base_run_of(store, run),
+                           has_base=base_lookup.has_base(run),
                            based_on=base_lookup.runs_based_on(store, run))

@@ -68,6 +68,6 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
                            metrics=metrics_view.rows({k: v for k, v in metrics.items() if k != "outcome"}),
                            failure=failure,
                            repro=repro, chart=chart, points=points,
-                           compare=f"{job.base}/tests/{name}/diff" if run.base_sha or run.base_run_id else "",
-                           classification=base_lookup.classification_of(job.id, job.attempt, nodeid),
+                           compare=f"{job.base}/tests/{name}/diff" if base_lookup.has_base(run) else "",
+                           classification=base_lookup.classification_of(wiring().store, job.id, job.attempt, nodeid),
                            pygments_css=Markup(formatter.get_style_defs(".code")))
