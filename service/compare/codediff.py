@@ -9,6 +9,7 @@ hash of the compiler build, paths hold a user name or a temporary folder. `norma
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 from collections.abc import Sequence
 
@@ -40,6 +41,7 @@ _TRAILING_SPACE = re.compile(r"[ \t]+$", re.M)
 MIN_SIMILARITY = 0.3
 
 
+@functools.lru_cache(maxsize=32)  # a page pairs, compares and diffs the same codes: normalise each once
 def normalise(code: str) -> str:
     """The code with what differs between two runs of the same compilation replaced by placeholders."""
     code = code.replace("\r\n", "\n").replace("\r", "\n")

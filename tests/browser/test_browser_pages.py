@@ -144,11 +144,11 @@ def test_large_generated_code_is_cut_with_a_link_to_the_raw_file(client: FlaskCl
 def test_test_page_charts_duration_and_compile_time_over_the_repositorys_runs(
         client: FlaskClient, settings: Settings, store: Store) -> None:
     for n, (duration, compile_time) in enumerate([(1.5, 0.9), (2.5, 1.9), (0.5, 0.2)]):
-        run = seed_run(store, pr=n + 1, sha=f"{n}" * 40, age_minutes=10 - n)
+        run = seed_run(store, pr=3 if n == 2 else None, branch="main", sha=f"{n}" * 40, age_minutes=10 - n)
         job = seed_job(settings, store, run, [SeededTest(FAILING, "failed", duration, compile_time)])
     seed_job(settings, store, seed_run(store, repo="other/repo"), [SeededTest(FAILING, "failed", 99.0)])
     page = client.get(f"/jobs/{job.id}/tests/{sanitise_nodeid(FAILING)}").get_data(as_text=True)
-    assert "History (3 recent runs of octo/zoo)" in page
+    assert "History (3 recent runs of octo/zoo: the default branch and PR #3)" in page
     assert page.count("<title>duration ") == 3 and page.count("<title>compile time ") == 3
     assert "duration 2.500 s · 11111111" in page and "99.000" not in page
     assert '<span class="k">def</span>' in page or 'class="k"' in page  # highlighted by Pygments

@@ -14,7 +14,9 @@ from service.config import Settings
 from service.store import Store, utcnow
 from service.store.attempts import record_finished
 from tests.browser.seed import SeededTest, seed_job, seed_run
+from tests.browser.test_base_pages import pr_with_base, set_metrics
 from tests.browser.test_browser_e2e import ARGS, CHROMIUM, shoot
+from tests.inductor_pair import compiled_codes
 from tests.rows import force_job
 
 pytest_plugins = ["tests.browser.test_browser_e2e"]  # the `live` server fixture
@@ -136,3 +138,25 @@ def test_each_attempt_has_its_own_page_listing_the_others(live: Settings, chromi
     assert page.url.endswith(f"/jobs/{job_id}/attempts/1")
     assert page.locator("#download-zip").get_attribute("href") == f"/jobs/{job_id}/attempts/1/download.zip"
     assert page.request.get(f"{live.public_url}/jobs/{job_id}/attempts/3").status == 404
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_diff_against_the_base_fits_the_screen(live: Settings, chromium: sync_api.Browser, width: int) -> None:
+    store = Store(live.database_url)
+    codes = compiled_codes()
+    *_, job = pr_with_base(live, store, [codes["two_graphs"][1], codes["f"][0]],
+                           [*codes["two_graphs"], codes["g"][0]], head_outcome="failed")
+    set_metrics(live, job, graph_breaks=1, graph_break_reasons=["Unsupported: torch._dynamo.graph_break() called"])
+    page = page_at(chromium, width)
+    page.goto(f"{live.public_url}/jobs/{job.id}")
+    page.locator("a.diff-link").first.click()  # the job page's "vs base" link
+    sync_api.expect(page.locator("#code-state")).to_have_text("Generated code changed in 2 of 3 graphs.")
+    widest = page.evaluate("[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right >"
+                           " window.innerWidth + 1 && !e.closest('.table-box, .code-box')).map(e => e.outerHTML"
+                           ".slice(0, 120))")
+    assert overflow(page) <= 0, widest
+    box = page.locator(".code-box").first
+    assert box.evaluate("e => getComputedStyle(e).overflowX") == "auto"
+    sync_api.expect(page.locator("#head-outcome")).to_have_text("failed")
+    sync_api.expect(page.locator(".new-reason")).to_contain_text("graph_break() called")
+    shoot(page, f"diff-page-{width}")

@@ -17,11 +17,13 @@ from hypothesis import strategies as st
 from service.config import Settings
 from service.store import Job, NewRun, Store, TestRecord
 from service.web.app import create_app
+from tests.rows import force_run
 
 FUZZ = fuzz_settings(max_examples=150, derandomize=True, database=None, deadline=None,
                      suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 ROUTES = ["/", "/runs/{run}", "/jobs/{job}", "/jobs/{job}/artifacts", "/jobs/{job}/log", "/jobs/{job}/log/live",
-          "/jobs/{job}/files/{path}", "/jobs/{job}/download.zip", "/jobs/{job}/tests/{name}", "/status", "/login",
+          "/jobs/{job}/files/{path}", "/jobs/{job}/download.zip", "/jobs/{job}/tests/{name}",
+          "/jobs/{job}/tests/{name}/diff", "/status", "/login",
           "/oauth/callback", "/webhook"]
 QUERY_KEYS = ["page", "line", "offset", "pr", "repo", "branch", "sha", "status", "next", "state", "code"]
 
@@ -37,6 +39,7 @@ def job(settings: Settings) -> Job:
     run, _ = store.create_run_if_absent(NewRun(
         repo_full_name="octo/zoo", repo_id=1, installation_id=2, clone_url="file:///nowhere", private=False,
         trigger="pull_request", trigger_ref="pr/1", pr_number=1, branch="b", head_sha="a" * 40, sender="octocat"))
+    force_run(store, run.id, base_sha="b" * 40, base_run_id="0" * 16)  # a base not run yet: the diff page says so
     job = Job(id=f"{run.id}-correctness-cpu", run_id=run.id, suite="correctness", device="cpu", timeout_s=60,
               attempt=1, state="completed", conclusion="failure", passed=1, failed=0, skipped=0, errors=0,
               title="1 passed", detail="", reported="")

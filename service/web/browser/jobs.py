@@ -12,7 +12,7 @@ from typing import Any
 from flask import Blueprint, Response, abort, render_template, send_from_directory
 from markupsafe import Markup, escape
 
-from service.web.browser import logs, metrics_view, queries
+from service.web.browser import base_lookup, logs, metrics_view, queries
 from service.web.browser.attempts import AttemptView, load_attempt
 from service.web.browser.export import zip_chunks
 from service.web.browser.lookup import contained_file, wiring
@@ -40,18 +40,20 @@ class TestRow:
 
 
 def _row_html(base: str, result: queries.ResultRow, name: str, graphs: int, repro: bool,
-              metrics: dict[str, Any]) -> Markup:
+              metrics: dict[str, Any], compare: bool) -> Markup:
     # f-strings over escape(): Markup.format costs ~4x more, which thousands of rows feel.
     cells = "".join(f"<td>{metrics_view.cell(key, metrics)}</td>" for key in SHOWN_METRICS)
     link = (f'<a href="{base}/tests/{name}">{graphs} graph{"" if graphs == 1 else "s"}'
             f'{", repro" if repro else ""}</a>') if name else ""  # base and name match safe patterns
+    if name and compare:
+        link += f' · <a class="diff-link" href="{base}/tests/{name}/diff">vs base</a>'
     outcome = escape(result.outcome)
     return Markup(f'<tr><td><code>{escape(result.nodeid)}</code></td><td class="{outcome}">{outcome}</td>'
                   f"<td>{result.duration_s:.2f} s</td>{cells}<td>{link}</td></tr>\n")
 
 
 def _rows(base: str, results: list[queries.ResultRow], files: list[tuple[str, int]],
-          directory: Path) -> list[TestRow]:
+          directory: Path, compare: bool) -> list[TestRow]:
     per_test: dict[str, list[str]] = {}
     for path, _size in files:
         parts = path.split("/")
@@ -65,7 +67,7 @@ def _rows(base: str, results: list[queries.ResultRow], files: list[tuple[str, in
         metrics = result.metrics or (read_metrics(directory / "tests" / name) if "metrics.json" in found else {})
         graphs, repro = sum(f.startswith("output_code_") for f in found), "repro.py" in found
         name = name if found else ""
-        html = _row_html(base, result, name, graphs, repro, metrics)
+        html = _row_html(base, result, name, graphs, repro, metrics, compare)
         rows.append(TestRow(result, name, graphs, repro, metrics, html))
     rows.sort(key=lambda row: (not row.failing, row.result.nodeid))
     return rows
@@ -75,16 +77,17 @@ _completed_rows: OrderedDict[str, list[TestRow]] = OrderedDict()
 _completed_lock = threading.Lock()
 
 
-def test_rows(job: AttemptView, directory: Path) -> list[TestRow]:
-    """A completed attempt never changes, so its rows (thousands of metrics files read) are built once."""
-    key = f"{directory}|{job.base}"  # the attempt's own directory (unique per deployment, job and attempt)
+def test_rows(job: AttemptView, directory: Path, compare: bool = False) -> list[TestRow]:
+    """A completed attempt never changes, so its rows (thousands of metrics files read) are built once.
+    `compare`: the run has a base, so each test links its diff against the base."""
+    key = f"{directory}|{job.base}|{compare}"  # the attempt's own directory (unique per deployment, job and attempt)
     with _completed_lock:
         if key in _completed_rows:
             _completed_rows.move_to_end(key)
             return _completed_rows[key]
     store = wiring().store
     results = queries.results_of(store, job.id, job.attempt)
-    rows = _rows(job.base, results, queries.artifact_files(store, job.id, job.attempt), directory)
+    rows = _rows(job.base, results, queries.artifact_files(store, job.id, job.attempt), directory, compare)
     if job.state == "completed":
         with _completed_lock:
             _completed_rows[key] = rows
@@ -120,7 +123,9 @@ def _tree(files: list[tuple[str, int]], per_test: bool) -> dict[str, Any]:
 def job_page(job_id: str, number: int | None = None) -> str:
     run, job, directory, attempts = load_attempt(job_id, number)
     files = queries.artifact_files(wiring().store, job.id, job.attempt, per_test=False) if job.ran else []
-    rows = test_rows(job, directory) if job.ran else []
+    compare = base_lookup.has_base(run)
+    rows = test_rows(job, directory, compare) if job.ran else []
+    base = base_lookup.base_of(wiring().store, wiring().settings.artifacts_dir, run, job.suite, job.device)
     log_path = directory / "log.txt"
     log_lines, log_offset, log_cut, pages = [], 0, False, 1
     if job.ran and log_path.is_file():
@@ -132,7 +137,7 @@ def job_page(job_id: str, number: int | None = None) -> str:
         test_dirs=sum(1 for r in rows if r.name), has_files=job.ran and directory.is_dir(),
         log_lines=log_lines, log_offset=log_offset, log_cut=log_cut, log_pages=pages,
         has_log=job.ran and log_path.is_file(), shown_metrics=[metrics_view.label(m) for m in SHOWN_METRICS],
-        lines_per_page=logs.LINES_PER_PAGE,
+        lines_per_page=logs.LINES_PER_PAGE, base=base if compare else None,
     )
 
 

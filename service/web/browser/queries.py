@@ -99,22 +99,40 @@ class HistoryPoint:
     created_at: datetime
     outcome: str
     duration_s: float
+    compile_time_s: float | None  # from the stored metrics; None when the row has none
+    baseline: bool  # a default-branch run (a push, or a pull request's base run); else this pull request's
+
+
+def _compile_time(metrics: object) -> float | None:
+    value = metrics.get("compile_time_s") if isinstance(metrics, dict) else None
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def history_of_test(store: Store, run: Run, job: Job, nodeid: str, limit: int = 30) -> list[HistoryPoint]:
-    """This test in the same suite and device over the repository's latest runs, oldest first."""
+    """This test in the same suite and device, oldest first: the repository's latest default-branch runs (push
+    runs and base runs), and the latest runs of this pull request (of this run, for a push), `limit` of each."""
+    base_runs = select(Run.base_run_id).where(Run.repo_full_name == run.repo_full_name, Run.base_run_id.is_not(None))
+    baseline = or_(Run.trigger != "pull_request", Run.id.in_(base_runs))
+    own = and_(Run.trigger == "pull_request", Run.pr_number == run.pr_number) if run.pr_number else Run.id == run.id
     query = (
-        select(TestResult, Job, Run)
+        select(TestResult.outcome, TestResult.duration_s, TestResult.metrics, Job.id, Job.attempt, Run.id,
+               Run.head_sha, Run.created_at)
         .join(Job, and_(Job.id == TestResult.job_id, Job.attempt == TestResult.attempt))
         .join(Run, Run.id == Job.run_id)
         .where(Run.repo_full_name == run.repo_full_name, Job.suite == job.suite, Job.device == job.device,
                TestResult.nodeid == nodeid)
-        .order_by(Run.created_at.desc()).limit(limit)
+        .order_by(Run.created_at.desc())
     )
+    points: list[HistoryPoint] = []
     with store.session() as s:
-        points = [HistoryPoint(j.id, j.attempt, r.id, r.head_sha, r.created_at, t.outcome, t.duration_s)
-                  for t, j, r in s.execute(query)]
-    return points[::-1]
+        mine = and_(own, not_(baseline)) if run.pr_number else own
+        groups = ((True, and_(baseline, Run.id != run.id)), (False, mine))
+        for is_base, group in groups:
+            for outcome, duration, metrics, job_id, attempt, run_id, sha, created in s.execute(
+                    query.where(group).limit(limit)):
+                points.append(HistoryPoint(job_id, attempt, run_id, sha, created, outcome, duration,
+                                           _compile_time(metrics), is_base))
+    return sorted(points, key=lambda p: (p.created_at, p.run_id))
 
 
 @dataclass(frozen=True)

@@ -11,22 +11,15 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from service.store import Run
-from service.web.browser import charts, metrics_view, queries
+from service.web.browser import base_lookup, charts, metrics_view, queries
 from service.web.browser.attempts import AttemptView, load_attempt
+from service.web.browser.code_compare import code_paths
 from service.web.browser.jobs import read_metrics
 from service.web.browser.lookup import test_dir, wiring
 from suites.naming import sanitise_nodeid
 
 blueprint = Blueprint("testcase", __name__)
 CODE_INLINE_LIMIT = 128 * 1024  # highlighted HTML is ~10x the source
-
-
-def _code_files(directory: Path) -> list[Path]:
-    def graph_number(path: Path) -> int:
-        suffix = path.stem.rsplit("_", 1)[-1]
-        return int(suffix) if suffix.isdigit() else 0
-
-    return sorted(directory.glob("output_code_*.py"), key=graph_number)
 
 
 def _highlighted(path: Path, formatter: HtmlFormatter) -> tuple[Markup, bool]:
@@ -39,14 +32,18 @@ def _highlighted(path: Path, formatter: HtmlFormatter) -> tuple[Markup, bool]:
 
 def _history_chart(run: Run, job: AttemptView, nodeid: str) -> tuple[Markup, int]:
     points = queries.history_of_test(wiring().store, run, job, nodeid)
-    compile_times: list[float | None] = []
+    shown = []
     for point in points:
-        folder = wiring().settings.artifacts_dir / point.run_id / point.job_id / str(point.attempt)
-        value = read_metrics(folder / "tests" / sanitise_nodeid(nodeid)).get("compile_time_s")
-        compile_times.append(float(value) if isinstance(value, int | float) else None)
-    labels = [f"{p.head_sha[:8]} {p.created_at:%Y-%m-%d %H:%M} {p.outcome}" for p in points]
-    series = [charts.Series("duration", [p.duration_s for p in points]), charts.Series("compile time", compile_times)]
-    return charts.line_chart(labels, series, x_label="runs of this test, oldest to newest"), len(points)
+        compile_time = point.compile_time_s
+        if compile_time is None:  # a row stored before the pipeline kept metrics: its metrics.json
+            folder = wiring().settings.artifacts_dir / point.run_id / point.job_id / str(point.attempt)
+            value = read_metrics(folder / "tests" / sanitise_nodeid(nodeid)).get("compile_time_s")
+            compile_time = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        label = f"{point.head_sha[:8]} {point.created_at:%Y-%m-%d %H:%M}"
+        shown.append(charts.Point(label, point.outcome, point.baseline, (point.duration_s, compile_time)))
+    own = f"PR #{run.pr_number}" if run.pr_number else "this run"
+    return charts.history_chart(shown, ("duration", "compile time"), x_label="runs of this test, oldest to newest",
+                                own_label=own), len(points)
 
 
 @blueprint.get("/jobs/<job_id>/tests/<name>")
@@ -63,7 +60,7 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
     outcome = result.outcome if result else str(metrics.get("outcome") or "")
     failure = (result.details or result.message) if result and outcome in ("failed", "error") else ""
     formatter = HtmlFormatter(linenos="table", cssclass="code")
-    codes = [(path.name, *_highlighted(path, formatter)) for path in _code_files(folder)]
+    codes = [(path.name, *_highlighted(path, formatter)) for path in code_paths(folder)]
     repro_path = folder / "repro.py"
     repro = repro_path.read_text(errors="replace")[:CODE_INLINE_LIMIT] if repro_path.is_file() else ""
     chart, points = _history_chart(run, job, nodeid)
@@ -71,4 +68,6 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
                            metrics=metrics_view.rows({k: v for k, v in metrics.items() if k != "outcome"}),
                            failure=failure,
                            repro=repro, chart=chart, points=points,
+                           compare=f"{job.base}/tests/{name}/diff" if base_lookup.has_base(run) else "",
+                           classification=base_lookup.classification_of(wiring().store, job.id, job.attempt, nodeid),
                            pygments_css=Markup(formatter.get_style_defs(".code")))
