@@ -229,3 +229,13 @@ def test_the_stored_verdict_is_a_badge_on_the_test_and_diff_pages(client: FlaskC
     for path in (f"/jobs/{job.id}/tests/{NAME}", f"/jobs/{job.id}/tests/{NAME}/diff"):
         badge = '<span class="badge verdict failing_at_base" id="verdict">failing at base too</span>'
         assert badge in _page(client, path)
+
+
+def test_a_base_run_is_named_as_such_not_as_a_push_to_an_empty_branch(
+        client: FlaskClient, settings: Settings, store: Store) -> None:
+    base = seed_run(store, pr=None, branch="", sha="d" * 40, age_minutes=20)
+    force_run(store, base.id, trigger="base")
+    seed_job(settings, store, base, [SeededTest(NODEID, "passed", 0.4, 1.0)])
+    listing = _page(client, "/")
+    assert "base run" in listing and "push to </td>" not in listing
+    assert f"@base {'d' * 12}" in _page(client, f"/runs/{base.id}")
