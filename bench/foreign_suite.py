@@ -1,6 +1,6 @@
 """What compile-ci costs on someone else's suite: PyTorch's own compiler tests as a repository's `repo` suite.
 
-    python bench/foreign_suite.py [--pairs 3] [--image compile-ci/runner-cpu:latest] [--suites DIR]
+    python bench/foreign_suite.py [--pairs 3] [--image compile-ci/runner-cpu:latest] [--suites DIR] [--before]
 
 The foreign suite is built at run time, never committed: the test files of ../shared/seeds (PyTorch's layout,
 custom-pass, freezing and memory-efficient-fusion tests; the AOT-autograd file does not parse and is left out) are
@@ -8,9 +8,10 @@ extracted into a temporary repository beside this folder's compatibility shim (c
 runs, in the same runner image through the DockerRunner, bare pytest and compile-ci's repo-suite command (the
 capture plugin: generated code, counters, metrics, progress), cold (empty compile cache) then warm (its own cache
 again), interleaved: bare cold, compile-ci cold, bare warm, compile-ci warm. Prints per-test outcome differences
-(must be none), each side's pytest summary, and the wall-time ratios. The capture plugin comes from `--suites`
-(default: this checkout's `suites/`, mounted over the image's copy as a job's suites are), so a plugin change is
-measured without rebuilding the image; `--suites` pointing at an older checkout's copy gives the "before" figure.
+(must be none), each side's pytest summary, and the wall-time ratios. A job runs the suites installed in its image:
+`--suites DIR` (e.g. this checkout's `suites/`) builds `compile-ci/runner-cpu:foreign-bench`, the `--image` with that
+copy of the plugin, and runs bare and compile-ci on it; `--before` also runs compile-ci on `--image` itself (its
+own plugin) in each pair, so an older and a newer plugin are measured under the same load.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -62,8 +64,17 @@ def command(repo: Path, out: Path, captured: bool) -> tuple[str, ...]:
             f"--junitxml={out / 'junit.xml'}", "--rootdir", str(repo), str(repo / "tests"))
 
 
-def run_once(runner: DockerRunner, repo: Path, work: Path, name: str, captured: bool, cache: Path,
-             suites: Path) -> dict[str, object]:
+def image_with(base: str, suites: Path, work: Path) -> str:
+    """`base` with `suites` in place of its built-in suites (the bench's own tag; nothing else is rebuilt)."""
+    context = work / "image"
+    shutil.copytree(suites, context / "suites", ignore=shutil.ignore_patterns("__pycache__"))
+    (context / "Dockerfile").write_text(f"FROM {base}\nCOPY suites /opt/compile-ci/suites\n")
+    tag = "compile-ci/runner-cpu:foreign-bench"
+    subprocess.run(["docker", "build", "-q", "-t", tag, str(context)], check=True, capture_output=True)
+    return tag
+
+
+def run_once(runner: DockerRunner, repo: Path, work: Path, name: str, captured: bool, cache: Path) -> dict[str, object]:
     out = work / name
     shutil.rmtree(out, ignore_errors=True)
     env = {"COMPILE_CI_DEVICE": "cpu", "COMPILE_CI_CHECKOUT": str(repo)}
@@ -71,8 +82,7 @@ def run_once(runner: DockerRunner, repo: Path, work: Path, name: str, captured: 
         env["COMPILE_CI_OUTPUT_DIR"] = str(out)
     spec = RunSpec(job_id=f"foreign-{name}", command=command(repo, out, captured), checkout_dir=repo,
                    output_dir=out, timeout_s=3600, device="cpu", env=env,
-                   cache=CacheScope(cache, "foreign", TRUSTED),  # a push's job: its repository's writable cache
-                   suites_dir=suites)
+                   cache=CacheScope(cache, "foreign", TRUSTED))  # a push's job: its repository's writable cache
     result = runner.run(spec)
     attempt = read_attempt(out, [str(repo)], repo)
     outcomes = {r.nodeid: r.outcome for r in attempt.records}
@@ -95,13 +105,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--image", default="compile-ci/runner-cpu:latest")
-    parser.add_argument("--suites", type=Path, default=ROOT / "suites", help="the suites package the jobs mount")
-    parser.add_argument("--before", type=Path, help="another suites package (an older plugin), run in each pair too")
+    parser.add_argument("--suites", type=Path, help="the suites package (plugin) to measure instead of the image's")
+    parser.add_argument("--before", action="store_true", help="also run compile-ci with the image's own plugin")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="compile-ci-foreign-"))
     repo = build_repository(work)
-    runner = DockerRunner({"cpu": args.image})
-    variants = {"ci": args.suites, **({"before": args.before} if args.before else {})}
+    image = image_with(args.image, args.suites, work) if args.suites else args.image
+    runners = {"bare": DockerRunner({"cpu": image}), "ci": DockerRunner({"cpu": image}),
+               "before": DockerRunner({"cpu": args.image})}
+    variants = ["ci", *(["before"] if args.before else [])]
     ratios: dict[str, dict[str, list[float]]] = {name: {"cold": [], "warm": []} for name in variants}
     differences = 0
     for pair in range(1, args.pairs + 1):
@@ -109,8 +121,8 @@ def main() -> int:
         sides = ["bare", *variants]
         sides = sides[(pair - 1) % len(sides):] + sides[:(pair - 1) % len(sides)]  # each side goes first in turn
         for phase in ("cold", "warm"):
-            runs = {side: run_once(runner, repo, work, f"{side}-{phase}-{pair}", side != "bare",
-                                   work / f"cache-{side}-{pair}", variants.get(side, args.suites)) for side in sides}
+            runs = {side: run_once(runners[side], repo, work, f"{side}-{phase}-{pair}", side != "bare",
+                                   work / f"cache-{side}-{pair}") for side in sides}
             bare = runs["bare"]["outcomes"]
             for name in variants:
                 ratios[name][phase].append(float(runs[name]["wall_s"]) / float(runs["bare"]["wall_s"]))  # type: ignore[arg-type]

@@ -2,8 +2,9 @@
 
     python bench/foreign_suite_profile.py [--image compile-ci/runner-cpu:latest] [--suites DIR] [--top 25]
 
-Builds the same foreign repository as bench/foreign_suite.py and runs compile-ci's repo-suite command (with the
-capture plugin from `--suites`) under `python -m cProfile` through the DockerRunner, cold then warm (one cache).
+Builds the same foreign repository as bench/foreign_suite.py and runs compile-ci's repo-suite command under
+`python -m cProfile` through the DockerRunner, cold then warm (one cache), with the image's own capture plugin or,
+with `--suites DIR`, that copy built into the image as bench/foreign_suite.py does.
 Prints, per run, the cumulative time of every function defined in the suites package (the plugin and the harness's
 CompileCapture) next to the whole run's, so the plugin's share is read from one process, free of the noise between
 runs that the paired bench has to average away. cProfile slows Python code (dynamo's tracing most), so shares are
@@ -22,13 +23,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.foreign_suite import build_repository, command  # noqa: E402
+from bench.foreign_suite import build_repository, command, image_with  # noqa: E402
 from runners.compile_cache import TRUSTED, CacheScope  # noqa: E402
 from runners.docker_runner import DockerRunner  # noqa: E402
 from runners.protocol import RunSpec  # noqa: E402
 
 
-def profiled_run(runner: DockerRunner, repo: Path, out: Path, cache: Path, suites: Path) -> Path:
+def profiled_run(runner: DockerRunner, repo: Path, out: Path, cache: Path) -> Path:
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     pytest_args = command(repo, out, True)[3:]  # drop "python -m pytest"
@@ -38,7 +39,7 @@ def profiled_run(runner: DockerRunner, repo: Path, out: Path, cache: Path, suite
                    checkout_dir=repo, output_dir=out, timeout_s=3600, device="cpu",
                    env={"COMPILE_CI_DEVICE": "cpu", "COMPILE_CI_CHECKOUT": str(repo),
                         "COMPILE_CI_OUTPUT_DIR": str(out)},
-                   cache=CacheScope(cache, "foreign", TRUSTED), suites_dir=suites)
+                   cache=CacheScope(cache, "foreign", TRUSTED))
     result = runner.run(spec)
     print(f"{out.name}: {result.duration_s:.1f} s wall, exit {result.exit_code}")
     return profile
@@ -58,14 +59,14 @@ def report(profile: Path, top: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--image", default="compile-ci/runner-cpu:latest")
-    parser.add_argument("--suites", type=Path, default=ROOT / "suites")
+    parser.add_argument("--suites", type=Path, help="the suites package (plugin) to profile instead of the image's")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="compile-ci-foreign-profile-"))
     repo = build_repository(work)
-    runner = DockerRunner({"cpu": args.image})
+    runner = DockerRunner({"cpu": image_with(args.image, args.suites, work) if args.suites else args.image})
     for phase in ("cold", "warm"):
-        report(profiled_run(runner, repo, work / phase, work / "cache", args.suites), args.top)
+        report(profiled_run(runner, repo, work / phase, work / "cache"), args.top)
     print(f"profiles kept under {work}")
     return 0
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from suites import harness
 
-MAX_REASONS = 50  # per list; the counters still count every graph break and recompile
-MAX_REASON_CHARS = 500
+MAX_REASONS = 20  # per list; the counters still count every graph break and recompile
+MAX_REASON_CHARS = 400
 _COMPILE_ID = re.compile(r"^\[?\d+/\d+\]?:\s*")  # "2/0: " differs between runs of the same test
 _SPACES = re.compile(r"\s+")
 

@@ -1,9 +1,9 @@
 """Writing the job's files beside the tests, not in their way: one writer thread, and `progress.json`.
 
-The tests' own thread hands each file over as bytes already made and goes on with the next test; the writer thread
-writes them in the order given (a rerun's cleanup before its new files), and `close` waits for it at the session's
-end. Under a loaded host a file's open/write/rename costs milliseconds, twice per test for progress alone, which the
-tests no longer wait for. A job killed mid-run loses at most the files of the tests queued behind the writer.
+The tests' own thread hands each file over as text already made and goes on (the test's teardown and reporting);
+the writer thread writes them in the order given (a rerun's cleanup before its new files). Before the next test
+starts, `drain` waits for every file of the previous one, so a job killed in a test (its memory, a crash) has
+written every finished test's files, as the service's partial results expect; `close` waits at the session's end.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import pytest
 
 class BackgroundFiles:
     def __init__(self) -> None:
-        self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._tasks: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self.errors: list[str] = []
 
@@ -30,6 +30,8 @@ class BackgroundFiles:
                 task()
             except OSError as exc:  # a full disk must not end the run: the files are lost, the tests are not
                 self.errors.append(str(exc))
+            finally:
+                self._tasks.task_done()
 
     def submit(self, task: Callable[[], None]) -> None:
         if self._thread is None:  # started on first use: a run that writes nothing starts no thread
@@ -47,6 +49,11 @@ class BackgroundFiles:
             tmp.write_text(text)
             tmp.replace(path)
         self.submit(task)
+
+    def drain(self) -> None:
+        """Returns once every file handed over so far is written."""
+        if self._thread is not None:
+            self._tasks.join()
 
     def close(self) -> None:
         if self._thread is not None:
@@ -76,6 +83,7 @@ class ProgressWriter:
         self._write("")
 
     def pytest_runtest_logstart(self, nodeid: str, location: object) -> None:
+        self.files.drain()  # the previous test's files, before this one can crash the process
         self._write(nodeid)
 
     def pytest_runtest_logfinish(self, nodeid: str, location: object) -> None:

@@ -3,12 +3,14 @@ built-in suites and a repository's own tests alike; bounded, and never the reaso
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
 from suites import capture, harness
+from suites.job_files import BackgroundFiles
 
 from .repo_run import RepoRun, run_repo_tests
 
@@ -57,6 +59,12 @@ def test_many_long_breaks():
             return x * 2
 
         torch.compile(chatty, backend="eager")(torch.randn(2))
+
+
+def test_counters_cleared_mid_test():
+    torch.compile(lambda x: x - 1, backend="eager")(torch.randn(2))
+    torch._dynamo.utils.counters.clear()
+    torch.compile(lambda x: x + 1, backend="eager")(torch.randn(2))
 '''
 
 
@@ -82,6 +90,23 @@ def test_capture_records_code_and_metrics() -> None:
     assert len(captured.codes) == 1 and "def call(" in captured.codes[0]
     assert captured.metrics["graphs"] == 1 and captured.metrics["compile_time_s"] > 0
     assert captured.code_bytes == len(captured.codes[0].encode())
+
+
+def test_a_test_that_patches_inductors_code_callback_still_leaves_its_code() -> None:
+    # inductor's own run_and_get_code replaces GraphLowering.save_output_code while it runs.
+    harness.reset_dynamo()
+    with capture.CompileCapture().active() as captured:
+        _, codes = harness.run_and_get_code(torch.compile(lambda x: torch.cos(x) + 1), torch.randn(8))
+    assert len(codes) == 1 and captured.codes == codes
+
+
+def test_a_failed_artifact_write_loses_the_file_not_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = BackgroundFiles()
+    files.write(tmp_path / "no such folder" / "metrics.json", "{}")
+    files.write(tmp_path / "kept.json", "{}")
+    files.close()
+    assert (tmp_path / "kept.json").read_text() == "{}"
+    assert "compile-ci: an artifact file could not be written" in capsys.readouterr().err
 
 
 def test_a_private_api_this_torch_lacks_is_no_figure_not_a_skip() -> None:
@@ -119,6 +144,10 @@ def test_ledger_lists_and_reasons_are_bounded(ledger_run: RepoRun) -> None:
     assert "why why" in many["graph_break_reasons"][0]
     # The list stops at MAX_REASONS; the counter still counts every break (a reset does not clear it).
     assert many["graph_breaks"] == 60 and many["graphs"] == 120, many
+
+
+def test_a_counter_cleared_mid_test_counts_from_the_clear(ledger_run: RepoRun) -> None:
+    assert ledger_run.metrics("tests/test_ledger.py::test_counters_cleared_mid_test")["graphs"] == 1
 
 
 def test_reason_texts_are_one_bounded_line_without_run_specific_ids() -> None:
