@@ -108,7 +108,7 @@ def write_meta(out: Path, result: RunResult, runner: str, outcome: Outcome, atte
 
 def _with_metrics(record: TestRecord, out: Path) -> TestRecord:
     """The suite plugin's compile metrics of this test, kept in the store so pages need not read thousands of files."""
-    metrics = read_json(out / "tests" / sanitise_nodeid(record.nodeid) / "metrics.json")
+    metrics = bounded_metrics(read_json(out / "tests" / sanitise_nodeid(record.nodeid) / "metrics.json"))
     if not metrics:
         return record
     # JUnit cannot tell an unexpected pass from a pass; the plugin's record can (only that relabelling is taken).
@@ -129,8 +129,30 @@ def _located(record: TestRecord, roots: list[str], checkout: Path) -> TestRecord
     return replace(record, repo_path=where[0] if where else "", repo_line=where[1] if where else None)
 
 
+# The job writes these files: what the store keeps of one test's metrics is bounded whatever the plugin wrote.
+MAX_JSON_BYTES = 256 * 1024
+MAX_METRICS, MAX_KEY, MAX_TEXT, MAX_ITEMS, MAX_ITEM = 64, 100, 2000, 20, 400
+
+
+def bounded_metrics(data: dict[str, object]) -> dict[str, object]:
+    """Numbers, short strings and short lists of strings (the ledger's reasons); anything else is dropped."""
+    kept: dict[str, object] = {}
+    for key, value in data.items():
+        if len(kept) >= MAX_METRICS or not isinstance(key, str) or len(key) > MAX_KEY:
+            continue
+        if isinstance(value, bool | int | float) or value is None:
+            kept[key] = value
+        elif isinstance(value, str):
+            kept[key] = value[:MAX_TEXT]
+        elif isinstance(value, list):
+            kept[key] = [item[:MAX_ITEM] for item in value[:MAX_ITEMS] if isinstance(item, str)]
+    return kept
+
+
 def read_json(path: Path) -> dict[str, object]:
     try:
+        if path.stat().st_size > MAX_JSON_BYTES:
+            return {}
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
