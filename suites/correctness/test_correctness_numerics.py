@@ -99,7 +99,7 @@ def _eval(factory: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
 
 
 @pytest.mark.parametrize(("name", "variant"), [(name, v) for name in BUILTIN_MODELS for v in VARIANTS])
-def test_zoo_model_on_adversarial_inputs(name: str, variant: str, device: str) -> None:
+def test_adversarial_zoo_model(name: str, variant: str, device: str) -> None:
     factory, shape = BUILTIN_MODELS[name]
     chosen = _variant(variant, device)
     torch.manual_seed(0)
@@ -125,7 +125,7 @@ def declared_variant() -> None:
     pytest.skip(targets.NO_MODELS_REASON)
 
 
-def test_declared_model_on_adversarial_inputs(
+def test_adversarial_declared_model(
     declared_variant: tuple[targets.DeclaredModel | targets.TargetError, str | None], device: str
 ) -> None:
     # Declared models run in the mode their factory returns, forward only; each of eager, compiled and the fp64

@@ -53,7 +53,7 @@ def fusion_variant() -> None:
     pytest.skip(NO_FUSE_REASON)
 
 
-def test_declared_fusion_on_adversarial_inputs(
+def test_adversarial_declared_fusion(
     fusion_variant: tuple[DeclaredFusion | targets.TargetError, str | None], device: str
 ) -> None:
     entry, variant = fusion_variant
