@@ -22,9 +22,8 @@ from . import judging, module_runs
 
 # Largest |input| of the "large" variant per dtype. float32: logits around +-1e4 (exp(1e4) overflows without a max
 # shift). float16: half its range. bfloat16 shares float32's range, where eager's fp32 accumulators would overflow
-# too; 2**60 (about 1.2e18) is the largest power of two whose squares summed over a 256-element row still fit in
-# float32, so eager's statistics stay finite and only a lowering that squares in a narrower type or sums exp()
-# unshifted breaks.
+# too; at 2**60 (about 1.2e18) the squares of a 128-element row at that peak still sum below float32's 2**128, so
+# eager's statistics stay finite and only a lowering that squares in a narrower type or sums exp() unshifted breaks.
 LARGE = {torch.float32: 1e4, torch.float16: 0.5 * torch.finfo(torch.float16).max, torch.bfloat16: 2.0**60}
 # "offset": mean 1e4 with a spread of about ten units in the last place at 1e4 (std 1e-2 in float32).
 OFFSET_MEAN = 1e4
