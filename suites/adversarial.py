@@ -58,7 +58,7 @@ def low_precision_dtype(device: str) -> torch.dtype:
 
 
 def variants(device: str) -> list[Variant]:
-    """Every adversarial variant, float32 first, then the low-precision ones (well-scaled inputs included)."""
+    """Every variant: float32 first, then the low-precision dtype, each with its well-scaled inputs as they are."""
     low = low_precision_dtype(device)
     low_name = str(low).removeprefix("torch.")
     shapes = {
@@ -67,7 +67,10 @@ def variants(device: str) -> list[Variant]:
         "offset": "mean 1e4 with spread {spread:.3g}",
         "nonfinite": "NaN, +inf and -inf in the first floating input",
     }
-    result = [Variant("lowp", low, f"well-scaled inputs in {low_name}")]
+    # The well-scaled float32 inputs come first: the baseline each case must pass before its adversarial variants
+    # mean anything (and what a planted bug must keep right).
+    result = [Variant("fp32", torch.float32, "well-scaled inputs in float32"),
+              Variant("lowp", low, f"well-scaled inputs in {low_name}")]
     for dtype, prefix, label in ((torch.float32, "", "float32"), (low, "lowp_", low_name)):
         resolution = torch.finfo(dtype).eps * OFFSET_MEAN / _scales(dtype)["spread"]
         result += [

@@ -1,9 +1,12 @@
 """The correctness suite's adversarial-input tests catch three numerically fragile compilers that are right on
-well-scaled inputs (the clean suites pass under each plant), each exactly where its fragility shows."""
+well-scaled inputs (every layer's `fp32` and `lowp` cases pass under each plant), each exactly where its fragility
+shows."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+from suites.fragile_layers import LAYERS
 
 from .suite_run import run_suite
 
@@ -32,16 +35,21 @@ FLUSHED = _ids(("rms_norm", "batch_norm", "sdpa", "attention", "gelu_tanh", "sil
 }
 
 
+# Well-scaled inputs in float32 and in the low-precision dtype: every plant keeps these right.
+WELL_SCALED = _ids(LAYERS, ("fp32", "lowp"))
+
+
 def test_clean_compiler_passes_the_fragile_layers(tmp_path: Path) -> None:
     run = run_suite("correctness", SELECTION, tmp_path, timeout=600)
     assert run.returncode == 0, run.describe()
-    assert NO_MAX_SHIFT | CANCELLATION | FLUSHED <= run.named("passed"), run.describe()
+    assert NO_MAX_SHIFT | CANCELLATION | FLUSHED | WELL_SCALED <= run.named("passed"), run.describe()
 
 
 def test_softmax_without_max_shift_is_caught(tmp_path: Path) -> None:
     run = run_suite("correctness", SELECTION, tmp_path, plant="softmax_without_max_shift", timeout=600)
     assert run.returncode == 1, run.describe()
     assert run.named("failed") == NO_MAX_SHIFT, run.describe()
+    assert WELL_SCALED <= run.named("passed"), run.describe()
     assert "test_fragile_layer[sdpa-large]" in run.named("passed")
 
 
@@ -49,6 +57,7 @@ def test_variance_by_cancellation_is_caught(tmp_path: Path) -> None:
     run = run_suite("correctness", SELECTION, tmp_path, plant="variance_by_cancellation", timeout=600)
     assert run.returncode == 1, run.describe()
     assert run.named("failed") == CANCELLATION, run.describe()
+    assert WELL_SCALED <= run.named("passed"), run.describe()
     assert "test_fragile_layer[layer_norm-large]" in run.named("passed")
 
 
@@ -56,4 +65,5 @@ def test_flushed_denormals_are_caught(tmp_path: Path) -> None:
     run = run_suite("correctness", SELECTION, tmp_path, plant="flush_denormals", timeout=600)
     assert run.returncode == 1, run.describe()
     assert run.named("failed") == FLUSHED, run.describe()
+    assert WELL_SCALED <= run.named("passed"), run.describe()
     assert "test_fragile_layer[gelu-lowp_tiny]" in run.named("skipped")

@@ -17,10 +17,17 @@ def _variant(name: str, device: str = "cpu") -> adversarial.Variant:
 def test_variant_names_match_across_devices_and_low_precision_follows_the_device() -> None:
     cpu, cuda = adversarial.variants("cpu"), adversarial.variants("cuda")
     assert [v.name for v in cpu] == [v.name for v in cuda] == [
-        "large", "tiny", "offset", "nonfinite", "lowp", "lowp_large", "lowp_tiny", "lowp_offset", "lowp_nonfinite",
+        "fp32", "large", "tiny", "offset", "nonfinite",
+        "lowp", "lowp_large", "lowp_tiny", "lowp_offset", "lowp_nonfinite",
     ]
     assert {v.dtype for v in cpu} == {torch.float32, torch.bfloat16}
     assert {v.dtype for v in cuda} == {torch.float32, torch.float16}
+
+
+def test_well_scaled_variants_keep_the_values_and_change_only_the_dtype() -> None:
+    x = torch.randn(4, 7)
+    assert torch.equal(_variant("fp32").apply((x,))[0], x)
+    assert torch.equal(_variant("lowp").apply((x,))[0], x.to(torch.bfloat16))
 
 
 @pytest.mark.parametrize(("name", "peak"), [("large", 1e4), ("lowp_large", 2.0**60)])
