@@ -1,0 +1,68 @@
+"""Declared fused functions are not numerically more fragile compiled than eager: each on large, denormal, offset and
+NaN/inf inputs and in low precision (bf16 on CPU, fp16 on CUDA), forward values judged against eager and fp64
+(``suites/adversarial.py``); where eager fails too, the case skips with the reason."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import torch
+
+from .. import adversarial, harness, judging, module_runs, targets
+from .conftest import NO_FUSE_REASON, DeclaredFusion, _declared_fusions
+
+VARIANTS = [variant.name for variant in adversarial.variants("cpu")]
+# One compiled function per declared entry (dynamo compiles it once per dtype), one run per variant.
+_COMPILED: dict[str, Callable[..., Any]] = {}
+_OUTCOMES: dict[tuple[str, str], adversarial.Outcome] = {}
+
+
+@pytest.fixture(autouse=True)
+def fresh_compile_state() -> Iterator[None]:
+    # Overrides conftest's per-test dynamo reset for this module: a variant changes input values, never shapes, so the
+    # function compiled for the first variant of a dtype serves the others (dynamo and inductor run twice per entry,
+    # not nine times). The module-scoped fixture below resets dynamo before and after the module.
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _compiled_once_per_module() -> Iterator[None]:
+    with harness.fresh_compile_state():
+        yield
+    _COMPILED.clear()
+    _OUTCOMES.clear()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "fusion_variant" in metafunc.fixturenames:
+        entries: list[tuple[DeclaredFusion | targets.TargetError, str | None]] = []
+        for entry in _declared_fusions(os.environ.get(targets.TARGETS_ENV, "")):
+            variants: list[str | None] = list(VARIANTS) if isinstance(entry, DeclaredFusion) else [None]
+            entries += [(entry, variant) for variant in variants]
+        if entries:
+            ids = [f"{entry.test_id}-{variant}" if variant else entry.test_id for entry, variant in entries]
+            metafunc.parametrize("fusion_variant", entries, ids=ids)
+
+
+@pytest.fixture
+def fusion_variant() -> None:
+    pytest.skip(NO_FUSE_REASON)
+
+
+def test_adversarial_declared_fusion(
+    fusion_variant: tuple[DeclaredFusion | targets.TargetError, str | None], device: str
+) -> None:
+    entry, variant = fusion_variant
+    if isinstance(entry, targets.TargetError) or variant is None:
+        pytest.skip(f"declared target {entry.spec!r} could not be loaded (test_declared_fusion reports why)")
+    chosen = next(v for v in adversarial.variants(device) if v.name == variant)
+    if (entry.test_id, variant) not in _OUTCOMES:
+        compiled = _COMPILED.setdefault(entry.test_id, torch.compile(entry.fn, backend="inductor"))
+        inputs = module_runs.map_tensors(entry.example_inputs, lambda t: t.to(device))
+        with harness.inductor_config(fallback_random=True), judging.full_precision_on_cuda(device):
+            _OUTCOMES[entry.test_id, variant] = adversarial.run_variant(entry.fn, compiled, entry.fn, inputs, chosen)
+    adversarial.check(_OUTCOMES[entry.test_id, variant], chosen)
