@@ -94,7 +94,7 @@ class TransformerWithKVCache(nn.Module):
 
 
 class RecurrentCells(nn.Module):
-    # A GRU cell and an LSTM cell unrolled over 4 steps (dynamo traces cells; whole nn.GRU/LSTM modules run eager).
+    # A GRU cell and an LSTM cell unrolled over 2 steps (dynamo traces cells; whole nn.GRU/LSTM modules run eager).
     def __init__(self) -> None:
         super().__init__()
         self.gru = nn.GRUCell(3, 5)

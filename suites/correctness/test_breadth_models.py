@@ -33,7 +33,7 @@ CASES: dict[str, tuple[Callable[[], nn.Module], Callable[[str], tuple[torch.Tens
     "unet_block": (models.UNetBlock, lambda d: (torch.randn(2, 2, 8, 8, device=d),), False),
     "transformer_kv_cache": (models.TransformerWithKVCache, lambda d: (
         torch.randn(2, 2, 8, device=d), torch.randn(2, 2, 5, 4, device=d), torch.randn(2, 2, 5, 4, device=d)), False),
-    "recurrent_cells": (models.RecurrentCells, lambda d: (torch.randn(4, 3, 3, device=d),), False),
+    "recurrent_cells": (models.RecurrentCells, lambda d: (torch.randn(2, 3, 3, device=d),), False),
     "mixture_of_experts": (models.MixtureOfExperts, lambda d: (torch.randn(5, 6, device=d) * 2,), False),
     "recommender": (models.Recommender, _recommender_inputs, False),
     "graph_convolution": (models.GraphConvolution, lambda d: (torch.randn(5, 4, device=d), _edges(d)), False),
