@@ -30,8 +30,8 @@ EXCLUSIONS: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "low-bit quantised or float8 dtypes: the suites judge float32/float64 (bf16/fp16 for low precision)"),
     (r"sparse|nested|jagged|to_padded|_nnz|coalesce", ("cpu", "cuda"),
      "sparse or nested layouts: inductor compiles strided tensors; these fall back before it sees them"),
-    (r"cudnn|miopen|_flash_attention|_efficient_attention|_scaled_dot_product_(efficient|cudnn|flash)_attention"
-     r"(?!_for_cpu)|_fused_sdp_choice|_cummax_helper|_cummin_helper|cuda|_amp_|_fused_adam|_fused_sgd", ("cpu",),
+    (r"^(?!.*_for_cpu)(.*(cudnn|miopen|_flash_attention|_efficient_attention|_fused_sdp_choice|_cummax_helper|"
+     r"_cummin_helper|cuda|_amp_|_fused_adam|_fused_sgd))", ("cpu",),
      "CUDA-only kernels (cuDNN, flash/memory-efficient attention, AMP scaler, fused optimizers): never chosen on CPU"),
     (r"mkldnn|mkl_|_for_cpu|onednn|fbgemm", ("cuda",),
      "CPU-only kernels (oneDNN/MKL, CPU attention): never chosen on CUDA"),
