@@ -130,8 +130,7 @@ def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: 
     if job.suite == "repo":
         command = [*pytest, "--rootdir", str(checkout), *(str(checkout / p) for p in config.repo_tests)]
     else:
-        # Built-in suites also record which of inductor's op families they compiled (coverage.json, job page).
-        command = [*pytest, "-p", "suites.coverage", str(ctx.suites_dir / job.suite)]
+        command = [*pytest, str(ctx.suites_dir / job.suite)]
     # The runner resolves it to this repository's cache, writable only by trusted runs (runners/compile_cache.py).
     cache = CacheScope(ctx.settings.cache_dir, str(run.repo_id), trust_class(run.trigger, run.gate),
                        run.pr_number, ctx.settings.cache_cap_mb)
