@@ -10,6 +10,10 @@ import torch
 
 from . import harness, targets
 
+# Op-family coverage (coverage.json, shown on the job page) ships with the suites it measures, so a job loads it from
+# whichever copy of the suites it runs (the image's or a checkout's) without naming it on the command line.
+pytest_plugins = ("suites.coverage",)
+
 DEVICE_ENV = "COMPILE_CI_DEVICE"
 DEVICES = ("cpu", "cuda")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -191,3 +192,81 @@ def memory_efficient_fusion(fn: Callable[..., Any]) -> Callable[..., Any]:
     """functorch's ``memory_efficient_fusion``: AOT autograd with the min-cut recomputation partitioner and
     TorchScript-compiled forward and backward graphs."""
     return _private("functorch.compile", "memory_efficient_fusion")(fn)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# issue 20 (corpus breadth): which of inductor's op families a suite run compiles. Best effort like CompileCapture:
+# a torch without one of these internals records nothing rather than skipping or failing a test.
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def inductor_op_tables() -> tuple[list[Any], list[Any]]:
+    """The keys of inductor's lowering table (fallbacks included) and of its decomposition table, or empty lists."""
+    lowerings = _optional("torch._inductor.lowering", "lowerings") or {}
+    select = _optional("torch._inductor.decomposition", "select_decomp_table")
+    return list(lowerings), list(select() if select is not None else [])
+
+
+def record_lowered_ops(record: Callable[[Any], None]) -> bool:
+    """Call ``record(target)`` for every node inductor lowers from a post-grad graph, for the rest of the process.
+    False where this torch has no ``GraphLowering.call_function`` to observe."""
+    lowering = _optional("torch._inductor.graph", "GraphLowering")
+    original = getattr(lowering, "call_function", None)
+    if original is None:
+        return False
+
+    def call_function(self: Any, target: Any, args: Any, kwargs: Any) -> Any:
+        record(target)
+        return original(self, target, args, kwargs)
+
+    lowering.call_function = call_function
+    return True
+
+
+_PATTERN_TRACERS = frozenset({"fwd_only", "joint_fwd_bwd", "gen_pattern", "gen_pattern_and_search_gm"})
+
+
+def _tracing_inductor_patterns() -> bool:
+    """Whether the caller runs under the pattern matcher tracing its own search/replace patterns (lazily, during the
+    first compile): decompositions there belong to inductor's patterns, not to the graph being compiled."""
+    frame = sys._getframe(2)
+    for _ in range(80):
+        if frame is None:
+            return False
+        code = frame.f_code
+        if code.co_name in _PATTERN_TRACERS and code.co_filename.endswith("pattern_matcher.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def record_decompositions(record: Callable[[Any], None]) -> bool:
+    """Call ``record(op)`` whenever one of inductor's decompositions rewrites ``op`` while a graph is traced, for
+    the rest of the process (a decomposition that declines, returning NotImplemented, is not counted)."""
+    module = _optional("torch._inductor", "decomposition")
+    if module is None or not hasattr(module, "decompositions"):
+        return False
+    tables = [module.decompositions]
+    if hasattr(module, "fast_random_decomps"):  # a cached copy with the random decompositions added
+        tables.append(module.fast_random_decomps())
+
+    def wrap(op: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def decomposed(*args: Any, **kwargs: Any) -> Any:
+            result = fn(*args, **kwargs)
+            if result is not NotImplemented and not _tracing_inductor_patterns():
+                record(op)
+            return result
+
+        decomposed.__wrapped__ = fn  # type: ignore[attr-defined]
+        return decomposed
+
+    for table in tables:
+        for op, fn in list(table.items()):
+            if not hasattr(fn, "__wrapped__") or getattr(fn, "__name__", "") != "decomposed":
+                table[op] = wrap(op, fn)
+    return True
+
+
+def dynamo_counters_or_empty() -> Mapping[str, Mapping[str, int]]:
+    """Dynamo's counters, or an empty mapping where this torch has none (for figures that must never skip)."""
+    return _optional("torch._dynamo.utils", "counters") or {}

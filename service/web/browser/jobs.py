@@ -12,7 +12,7 @@ from typing import Any
 from flask import Blueprint, Response, abort, render_template, send_from_directory
 from markupsafe import Markup, escape
 
-from service.web.browser import base_lookup, logs, metrics_view, queries
+from service.web.browser import base_lookup, coverage_view, logs, metrics_view, queries
 from service.web.browser.attempts import AttemptView, load_attempt
 from service.web.browser.export import zip_chunks
 from service.web.browser.lookup import contained_file, wiring
@@ -138,6 +138,7 @@ def job_page(job_id: str, number: int | None = None) -> str:
         log_lines=log_lines, log_offset=log_offset, log_cut=log_cut, log_pages=pages,
         has_log=job.ran and log_path.is_file(), shown_metrics=[metrics_view.label(m) for m in SHOWN_METRICS],
         lines_per_page=logs.LINES_PER_PAGE, base=base if compare else None,
+        coverage=coverage_view.render_coverage(directory, job.base) if job.ran else Markup(""),
     )
 
 
