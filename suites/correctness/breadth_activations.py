@@ -97,7 +97,7 @@ class ElementwiseMath(nn.Module):
             "nextafter": torch.nextafter(x.detach(), y.detach()), "clamp": torch.clamp(x, -0.5, 0.5),
             "where": torch.where(x > 0, x, y), "amax": x.amax(-1), "amin": x.amin(0), "prod": y.prod(-1),
             "logsumexp": x.logsumexp(-1), "std": x.std(0), "var": x.var(-1, correction=0), "norm": x.norm(dim=-1),
-            # aminmax has no derivative before torch 2.13 (seen on 2.11 / CUDA): its forward lowering is what counts here.
+            # aminmax has no derivative before torch 2.13 (seen on 2.11, CUDA): its forward lowering is what counts.
             "aminmax": torch.stack(torch.aminmax(x.detach(), dim=0)), "median": x.median(0).values,
             "nansum": torch.nansum(x), "count_nonzero": torch.count_nonzero(x > 0.2, dim=0),
             "any": (x > 0.7).any(-1), "all": (y > 0.01).all(0), "argmax": x.argmax(-1), "argmin": y.argmin(0),
