@@ -24,6 +24,7 @@ from service.devkit.sandbox.deliveries import pull_request_event, signed
 from service.devkit.sandbox.main import wait_until
 from service.devkit.sandbox.sample_repo import commit_file
 from service.devkit.sandbox.stack import INSTALLATION_ID, Stack, free_port, wait_for_port
+from service.store import Job, Store
 
 FULL_NAME = "octo/gauges"
 CONFIG = '[suites]\nrun = ["repo"]\ndevices = ["cpu"]\nrepo_tests = ["checks"]\n'
@@ -111,6 +112,16 @@ def flow(stack: tuple[Stack, dict[str, int]]) -> dict[str, Any]:
         return len(runs) == 2 and all(r["status"] == "completed" for r in runs)
 
     wait_until(completed, 600, "both check runs to complete", poll_s=0.2)
+    # Both pull requests share one base commit: compile-ci runs it once, at low priority, after the heads.
+    store = Store(running.env()["COMPILE_CI_DATABASE_URL"])
+
+    def every_job_done() -> bool:
+        running.check_alive()
+        with store.session() as session:
+            states = [job.state for job in session.query(Job).all()]
+        return len(states) == 3 and all(state == "completed" for state in states)
+
+    wait_until(every_job_done, 600, "the heads' jobs and the base run's job to complete", poll_s=0.2)
     return {"statuses": statuses, "runs": {r["head_sha"]: r for r in running.emulator.check_runs(FULL_NAME)},
             "good": good, "bad": bad}
 
@@ -138,9 +149,10 @@ def test_cpu_worker_port_has_job_durations_by_conclusion(stack: tuple[Stack, dic
     assert flow["runs"][flow["bad"]]["conclusion"] == "failure"
     samples = scrape(f"http://127.0.0.1:{ports['worker-cpu']}/metrics")
     duration = "compile_ci_job_duration_seconds_count"
-    assert value(samples, duration, suite="repo", device="cpu", conclusion="success") == 1
+    # The good head and the base run's job (verdict.txt says "pass" at the base) passed; the bad head failed.
+    assert value(samples, duration, suite="repo", device="cpu", conclusion="success") == 2
     assert value(samples, duration, suite="repo", device="cpu", conclusion="failure") == 1
-    assert value(samples, "compile_ci_job_start_latency_seconds_count", device="cpu") == 2
+    assert value(samples, "compile_ci_job_start_latency_seconds_count", device="cpu") == 3
     assert value(samples, "compile_ci_errors_total", source="runner") == 0
 
 
