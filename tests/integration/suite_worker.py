@@ -19,12 +19,12 @@ from tests.integration.test_pipeline import FULL_NAME
 
 @contextmanager
 def worker_running_suite(settings: Settings, tmp_path: Path, emulator: GitHubEmulator, filename: str,
-                         source: str) -> Iterator[None]:
+                         source: str, full_name: str = FULL_NAME) -> Iterator[None]:
     suite = tmp_path / f"suites-{Path(filename).stem}" / "correctness"
     suite.mkdir(parents=True)
     (suite / filename).write_text(textwrap.dedent(source))
-    emulator.add_repo(FULL_NAME)
-    emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
+    emulator.add_repo(full_name)
+    emulator.add_installation(INSTALLATION_ID, repos=[full_name])
     app = create_worker_celery(settings, suites_dir=suite.parent)
     with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, shutdown_timeout=30,
                       queues=["cpu", "github"]):

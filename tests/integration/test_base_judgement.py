@@ -7,14 +7,12 @@ the real torch.compile cases (graph breaks, generated code) are in tests/e2e/tes
 from __future__ import annotations
 
 import subprocess
-import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from celery.contrib.testing.worker import start_worker
 
 from service.compare.comment import MARKER
 from service.config import Settings
@@ -22,9 +20,9 @@ from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, push_event, signed
 from service.devkit.sandbox.sample_repo import commit_file
 from service.devkit.sandbox.stack import INSTALLATION_ID
-from service.jobs.tasks import create_worker_celery
 from service.store import Store
 from service.web.app import create_app
+from tests.integration.suite_worker import worker_running_suite
 
 FULL_NAME = "octo/judged"
 SUITE = '''
@@ -58,14 +56,7 @@ def repo(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def worker(settings: Settings, tmp_path: Path, emulator: GitHubEmulator) -> Iterator[None]:
-    suite = tmp_path / "suites" / "correctness"
-    suite.mkdir(parents=True)
-    (suite / "test_tiny.py").write_text(textwrap.dedent(SUITE))
-    emulator.add_repo(FULL_NAME)
-    emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
-    app = create_worker_celery(settings, suites_dir=suite.parent)
-    with start_worker(app, pool="threads", concurrency=4, perform_ping_check=False, shutdown_timeout=30,
-                      queues=["cpu", "github"]):
+    with worker_running_suite(settings, tmp_path, emulator, "test_tiny.py", SUITE, FULL_NAME):
         yield
 
 
