@@ -11,14 +11,14 @@ provokes one of these. Public torch APIs only (private ones live in ``harness.py
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import torch
 
-from . import judging, module_runs
+from . import harness, judging, module_runs
 
 # Largest |input| of the "large" variant per dtype. float32: logits around +-1e4 (exp(1e4) overflows without a max
 # shift). float16: half its range. bfloat16 shares float32's range, where eager's fp32 accumulators would overflow
@@ -246,3 +246,24 @@ def check(outcome: Outcome, variant: Variant, key: str | None = None) -> None:
     if key is not None:
         actual, eager, reference, what = actual[key], eager[key], reference[key], key
     conclude(judge(actual, eager, reference, what=what, resolution=variant.resolution), variant)
+
+
+def compile_once_fixtures(*caches: dict[Any, Any]) -> tuple[Any, Any]:
+    """The two fixtures of a module whose variants share one compiled graph per case and dtype: a per-test fixture
+    that overrides conftest's per-test dynamo reset (a variant changes input values only, never shapes or dtypes,
+    so one compile serves every variant), and a module-scoped one that resets dynamo around the module and empties
+    the module's ``caches`` after it. Assign both at module level: ``fresh_compile_state, _once = ...``."""
+
+    @pytest.fixture(autouse=True)
+    def fresh_compile_state() -> Iterator[None]:
+        torch.manual_seed(0)
+        yield
+
+    @pytest.fixture(autouse=True, scope="module")
+    def compiled_once_per_module() -> Iterator[None]:
+        with harness.fresh_compile_state():
+            yield
+        for cache in caches:
+            cache.clear()
+
+    return fresh_compile_state, compiled_once_per_module

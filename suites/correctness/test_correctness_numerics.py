@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,21 +24,8 @@ _COMPILED: dict[tuple[str, torch.dtype], tuple[Callable[..., Any], Callable[...,
 _OUTCOMES: dict[tuple[str, str], adversarial.Outcome] = {}
 
 
-@pytest.fixture(autouse=True)
-def fresh_compile_state() -> Iterator[None]:
-    # Overrides conftest's per-test dynamo reset for this module: a variant changes input values only, never shapes or
-    # dtypes, so one compiled graph per case and dtype serves every variant test (one compile instead of nine keeps
-    # the suite's cost bounded). The module-scoped fixture below still resets dynamo before and after the module.
-    torch.manual_seed(0)
-    yield
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _compiled_once_per_module() -> Iterator[None]:
-    with harness.fresh_compile_state():
-        yield
-    _COMPILED.clear()
-    _OUTCOMES.clear()
+# One compiled graph per case and dtype serves every variant test; dynamo is reset around the module.
+fresh_compile_state, _compiled_once_per_module = adversarial.compile_once_fixtures(_COMPILED, _OUTCOMES)
 
 
 def _variant(name: str, device: str) -> adversarial.Variant:

@@ -5,7 +5,7 @@ NaN/inf inputs and in low precision (bf16 on CPU, fp16 on CUDA), forward values 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,21 +20,8 @@ _COMPILED: dict[str, Callable[..., Any]] = {}
 _OUTCOMES: dict[tuple[str, str], adversarial.Outcome] = {}
 
 
-@pytest.fixture(autouse=True)
-def fresh_compile_state() -> Iterator[None]:
-    # Overrides conftest's per-test dynamo reset for this module: a variant changes input values, never shapes, so the
-    # function compiled for the first variant of a dtype serves the others (dynamo and inductor run twice per entry,
-    # not nine times). The module-scoped fixture below resets dynamo before and after the module.
-    torch.manual_seed(0)
-    yield
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _compiled_once_per_module() -> Iterator[None]:
-    with harness.fresh_compile_state():
-        yield
-    _COMPILED.clear()
-    _OUTCOMES.clear()
+# One compiled graph per case and dtype serves every variant test; dynamo is reset around the module.
+fresh_compile_state, _compiled_once_per_module = adversarial.compile_once_fixtures(_COMPILED, _OUTCOMES)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
