@@ -123,6 +123,15 @@ def graph_diffs(base: list[CodeFile], head: list[CodeFile], formatter: HtmlForma
     return diffs
 
 
+def test_of(job_id: str, attempt: int, name: str, metrics: dict) -> tuple[str, queries.ResultRow | None]:
+    """The node id behind a test's directory name, and its stored result: the job's stored results first (they come
+    from the JUnit report), else the node id its metrics.json names, else the name itself."""
+    results = queries.results_of(wiring().store, job_id, attempt)
+    nodeid = next((r.nodeid for r in results if sanitise_nodeid(r.nodeid) == name), "")
+    nodeid = nodeid or str(metrics.get("nodeid") or name)
+    return nodeid, next((r for r in results if r.nodeid == nodeid), None)
+
+
 def _result(job_id: str, attempt: int, nodeid: str) -> queries.ResultRow | None:
     return next((r for r in queries.results_of(wiring().store, job_id, attempt) if r.nodeid == nodeid), None)
 
@@ -137,10 +146,7 @@ def diff_page(job_id: str, name: str, number: int | None = None) -> str:
     run, job, directory, _attempts = load_attempt(job_id, number)
     folder = test_dir(directory, name)
     head_metrics = read_metrics(folder)
-    results = queries.results_of(wiring().store, job.id, job.attempt)
-    nodeid = next((r.nodeid for r in results if sanitise_nodeid(r.nodeid) == name), "")
-    nodeid = nodeid or str(head_metrics.get("nodeid") or name)
-    head_result = next((r for r in results if r.nodeid == nodeid), None)
+    nodeid, head_result = test_of(job.id, job.attempt, name, head_metrics)
     base = base_lookup.base_of(wiring().store, wiring().settings.artifacts_dir, run, job.suite, job.device)
     base_folder = base.test_folder(name)
     base_result = _result(base.job.id, base.job.attempt, nodeid) if base.job and not base.reason else None

@@ -13,7 +13,7 @@ from pygments.lexers import PythonLexer
 from service.store import Run
 from service.web.browser import base_lookup, charts, metrics_view, queries
 from service.web.browser.attempts import AttemptView, load_attempt
-from service.web.browser.code_compare import code_paths
+from service.web.browser.code_compare import code_paths, test_of
 from service.web.browser.jobs import read_metrics
 from service.web.browser.lookup import test_dir, wiring
 from suites.naming import sanitise_nodeid
@@ -52,11 +52,7 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
     run, job, directory, _attempts = load_attempt(job_id, number)
     folder = test_dir(directory, name)
     metrics = read_metrics(folder)
-    results = queries.results_of(wiring().store, job.id, job.attempt)
-    nodeid = str(metrics.get("nodeid") or "")
-    if not nodeid:  # an older artifact without metrics: find the node id among the job's results
-        nodeid = next((r.nodeid for r in results if sanitise_nodeid(r.nodeid) == name), name)
-    result = next((r for r in results if r.nodeid == nodeid), None)
+    nodeid, result = test_of(job.id, job.attempt, name, metrics)
     outcome = result.outcome if result else str(metrics.get("outcome") or "")
     failure = (result.details or result.message) if result and outcome in ("failed", "error") else ""
     formatter = HtmlFormatter(linenos="table", cssclass="code")
