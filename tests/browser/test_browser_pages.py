@@ -15,7 +15,7 @@ import requests
 from celery.contrib.testing.worker import start_worker
 from flask.testing import FlaskClient
 
-from service.celery_app import create_celery
+from service.celery_app import create_celery, workers_by_queue
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.github_emulator.oauth import SESSION_COOKIE
@@ -173,6 +173,9 @@ def test_status_page_flags_only_the_queues_no_live_worker_consumes(client: Flask
     app = create_celery(settings)
     app.conf.worker_hijack_root_logger = False
     with start_worker(app, pool="solo", perform_ping_check=False, queues=["cpu"], shutdown_timeout=10):
+        deadline = time.monotonic() + 60
+        while "cpu" not in workers_by_queue(app, timeout=2.0):  # the worker's consumer is up: it answers broadcasts
+            assert time.monotonic() < deadline, "the test worker never answered a broadcast"
         start = time.monotonic()
         page = client.get("/status").get_data(as_text=True)
         elapsed = time.monotonic() - start
