@@ -27,6 +27,13 @@ from runners.local import LocalRunner  # noqa: E402
 from runners.protocol import RunSpec  # noqa: E402
 
 
+def absolute_glob(glob: str) -> str:
+    """pytest resolves a relative --ignore-glob against its working directory, which for a job is a scratch
+    directory: '*/test_breadth_*.py' would then match nothing. A glob that does not start with '/' gets one, so
+    its leading '*' matches any absolute path."""
+    return glob if glob.startswith("/") else "/" + glob
+
+
 def run_suite(suite: str, device: str, base: Path, ignore: list[str]) -> tuple[dict[str, object], dict]:
     out, cache = base / suite / "out", base / suite / "cache"
     for path in (out, cache):
@@ -34,7 +41,7 @@ def run_suite(suite: str, device: str, base: Path, ignore: list[str]) -> tuple[d
     (cache / "tmp").mkdir(parents=True)
     command = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
                "-p", "suites.coverage", "-o", "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}",
-               *(f"--ignore-glob={glob}" for glob in ignore), str(ROOT / "suites" / suite))
+               *(f"--ignore-glob={absolute_glob(glob)}" for glob in ignore), str(ROOT / "suites" / suite))
     env = {"COMPILE_CI_DEVICE": device, "COMPILE_CI_OUTPUT_DIR": str(out), "PYTHONPATH": str(ROOT),
            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton"),
            "TMPDIR": str(cache / "tmp")}
