@@ -11,7 +11,7 @@ provokes one of these. Public torch APIs only (private ones live in ``harness.py
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -267,3 +267,16 @@ def compile_once_fixtures(*caches: dict[Any, Any]) -> tuple[Any, Any]:
             cache.clear()
 
     return fresh_compile_state, compiled_once_per_module
+
+
+def parametrize_declared(metafunc: pytest.Metafunc, fixture: str, entries: Iterable[Any], loaded: type) -> None:
+    """One test per declared entry and variant (``<test_id>-<variant>``); an entry that failed to load (not a
+    ``loaded``) gets one entry without a variant, for the test to skip with its reason. No entries: the module's
+    ``fixture`` skips once."""
+    names = [variant.name for variant in variants("cpu")]
+    pairs: list[tuple[Any, str | None]] = []
+    for entry in entries:
+        pairs += [(entry, name) for name in names] if isinstance(entry, loaded) else [(entry, None)]
+    if pairs:
+        ids = [f"{entry.test_id}-{name}" if name else entry.test_id for entry, name in pairs]
+        metafunc.parametrize(fixture, pairs, ids=ids)

@@ -98,13 +98,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # One test per declared model and variant; a model that could not be loaded gets a single skipping entry here
     # (test_declared_model already fails with the reason), and with none declared the fixture below skips once.
     if "declared_variant" in metafunc.fixturenames:
-        entries: list[tuple[targets.DeclaredModel | targets.TargetError, str | None]] = []
-        for entry in targets.declared_models():
-            variants: list[str | None] = list(VARIANTS) if isinstance(entry, targets.DeclaredModel) else [None]
-            entries += [(entry, variant) for variant in variants]
-        if entries:
-            ids = [f"{entry.test_id}-{variant}" if variant else entry.test_id for entry, variant in entries]
-            metafunc.parametrize("declared_variant", entries, ids=ids)
+        adversarial.parametrize_declared(metafunc, "declared_variant", targets.declared_models(), targets.DeclaredModel)
 
 
 @pytest.fixture

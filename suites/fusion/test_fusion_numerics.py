@@ -14,7 +14,6 @@ import torch
 from .. import adversarial, harness, judging, module_runs, targets
 from .conftest import NO_FUSE_REASON, DeclaredFusion, _declared_fusions
 
-VARIANTS = [variant.name for variant in adversarial.variants("cpu")]
 # One compiled function per declared entry (dynamo compiles it once per dtype), one run per variant.
 _COMPILED: dict[str, Callable[..., Any]] = {}
 _OUTCOMES: dict[tuple[str, str], adversarial.Outcome] = {}
@@ -26,13 +25,8 @@ fresh_compile_state, _compiled_once_per_module = adversarial.compile_once_fixtur
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "fusion_variant" in metafunc.fixturenames:
-        entries: list[tuple[DeclaredFusion | targets.TargetError, str | None]] = []
-        for entry in _declared_fusions(os.environ.get(targets.TARGETS_ENV, "")):
-            variants: list[str | None] = list(VARIANTS) if isinstance(entry, DeclaredFusion) else [None]
-            entries += [(entry, variant) for variant in variants]
-        if entries:
-            ids = [f"{entry.test_id}-{variant}" if variant else entry.test_id for entry, variant in entries]
-            metafunc.parametrize("fusion_variant", entries, ids=ids)
+        adversarial.parametrize_declared(metafunc, "fusion_variant", _declared_fusions(
+            os.environ.get(targets.TARGETS_ENV, "")), DeclaredFusion)
 
 
 @pytest.fixture
