@@ -85,6 +85,7 @@ def main() -> None:
     parser.add_argument("--cache", choices=("host", "suite"), default="host",
                         help="host: one cache per device shared by all suites, as a worker host keeps it (default); "
                              "suite: a fresh cache per suite")
+    parser.add_argument("--phases", default="cold,warm", help="cold,warm (default) or one of them")
     args = parser.parse_args()
     base = args.out or Path(tempfile.mkdtemp(prefix="compile-ci-bench-suites-"))
     suites = args.suites.split(",")
@@ -92,7 +93,8 @@ def main() -> None:
     figures: dict[str, dict[str, object]] = {suite: {} for suite in suites}
     shutil.rmtree(base / "cache", ignore_errors=True)  # cold means cold, even when --out is reused
     # Cold: every suite once on an empty cache (a fresh worker host); warm: every suite again (a rerun).
-    for phase in ("cold", "warm"):
+    phases = args.phases.split(",")
+    for phase in phases:
         for suite in suites:
             cache = base / "cache" / (suite if args.cache == "suite" else "host")
             shutil.rmtree(base / suite / phase, ignore_errors=True)
@@ -101,11 +103,9 @@ def main() -> None:
                   f"failed {result['failed']:>2}  skipped {result['skipped']:>3}", flush=True)
             for name in result["failures"]:  # type: ignore[union-attr]
                 print(f"    FAILED {name}")
-    total_cold = sum(f["cold"]["wall_s"] for f in figures.values())  # type: ignore[misc]
-    total_warm = sum(f["warm"]["wall_s"] for f in figures.values())  # type: ignore[misc]
-    print(f"{'all':<12} {args.device:<5} cold {total_cold:>6.1f} s  warm {total_warm:>6.1f} s")
-    print(json.dumps({"device": args.device, "suites": figures, "total_cold_s": round(total_cold, 1),
-                      "total_warm_s": round(total_warm, 1)}))
+    totals = {phase: round(sum(f[phase]["wall_s"] for f in figures.values()), 1) for phase in phases}  # type: ignore[misc]
+    print(f"{'all':<12} {args.device:<5} " + "  ".join(f"{phase} {total:>6.1f} s" for phase, total in totals.items()))
+    print(json.dumps({"device": args.device, "suites": figures, **{f"total_{p}_s": t for p, t in totals.items()}}))
 
 
 if __name__ == "__main__":

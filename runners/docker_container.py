@@ -14,6 +14,7 @@ import docker.types
 
 from runners.compile_cache import slug
 from runners.protocol import RunSpec
+from runners.toolchain import linker_env
 
 LABEL = "org.compile-ci.job"  # every job container carries it: leftovers are found by it
 DEPLOYMENT_LABEL = "org.compile-ci.deployment"  # whose job it is: a sweep touches only its own deployment's
@@ -48,7 +49,8 @@ def container_config(spec: RunSpec, image: str, cache: docker.types.Mount | None
         # Read-only: shared by every job with the same requirements, so no job may change it for the next.
         mounts.append(docker.types.Mount(DEPS_MOUNT, str(spec.deps_dir), type="bind", read_only=True))
     env = {key: _translate(value, paths) for key, value in spec.env.items()}
-    env.update({"HOME": "/tmp", "TMPDIR": "/tmp", "USER": "runner", "PYTHONUNBUFFERED": "1"})
+    env.update({"HOME": "/tmp", "TMPDIR": "/tmp", "USER": "runner", "PYTHONUNBUFFERED": "1",
+                **linker_env(in_image=True)})
     if cache is not None:
         mounts.append(cache)
         # Compile caches outlive the job: a rerun of the same code skips inductor's C++/Triton builds.

@@ -13,6 +13,7 @@ from pathlib import Path
 from runners.compile_cache import JobCache, open_job_cache, process_alive
 from runners.gpus import visible_devices
 from runners.protocol import RunResult, RunSpec, ShouldCancel
+from runners.toolchain import linker_env
 
 # The worker's environment holds the webhook secret and the App's private key; the job gets none
 # of it, only what a test process needs to find its toolchain and GPU.
@@ -40,6 +41,7 @@ class LocalRunner:
         scratch.mkdir(exist_ok=True)
         env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
         env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"})
+        env.update(linker_env(in_image=False))
         env.update(spec.env)
         visible = visible_devices(spec.device, self.gpus)
         if visible is not None:
