@@ -10,6 +10,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from runners.gpus import parse_gpus
+from runners.toolchain import CHOICES as LINKERS
 
 PREFIX = "COMPILE_CI_"
 DEVICES = ("cpu", "cuda")
@@ -203,6 +204,9 @@ def _build(env: Mapping[str, str]) -> Settings:
     runner = _get(env, "RUNNER", "auto").lower()
     if runner not in RUNNERS:
         problems.append(f"COMPILE_CI_RUNNER must be one of {', '.join(RUNNERS)}, got {runner!r}")
+    linker = _get(env, "LINKER", "lld").lower()
+    if linker not in LINKERS:
+        problems.append(f"COMPILE_CI_LINKER must be one of {', '.join(LINKERS)}, got {linker!r}")
     try:
         gpus = parse_gpus(_get(env, "GPUS"))
     except ValueError as exc:

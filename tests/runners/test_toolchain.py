@@ -12,6 +12,7 @@ from runners.compile_cache import TRUSTED, CacheScope, RepoCache
 from runners.local import LocalRunner
 from runners.protocol import Runner, RunSpec
 from runners.toolchain import linker_env
+from service.config import ConfigError, Settings
 
 COMPILE = ("import torch\n"
            "f = torch.compile(lambda x: (x.sin() * 3).relu() + 1, backend='inductor')\n"
@@ -57,6 +58,11 @@ def test_the_system_linker_when_asked(runner: Runner, tmp_path: Path, monkeypatc
 
 
 def test_an_unknown_linker_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    required = {"COMPILE_CI_WEBHOOK_SECRET": "s", "COMPILE_CI_GITHUB_APP_ID": "1",
+                "COMPILE_CI_GITHUB_PRIVATE_KEY": "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----"}
+    Settings.from_env({**required, "COMPILE_CI_LINKER": "system"})
+    with pytest.raises(ConfigError, match="COMPILE_CI_LINKER must be one of lld, system, got 'mold'"):
+        Settings.from_env({**required, "COMPILE_CI_LINKER": "mold"})  # at the worker's start, not at a job
     monkeypatch.setenv("COMPILE_CI_LINKER", "mold")
     with pytest.raises(ValueError, match="COMPILE_CI_LINKER must be one of lld, system, got 'mold'"):
         linker_env(in_image=False)
