@@ -1,4 +1,5 @@
-"""Docker fixtures for the runner tests: a real engine and the CPU runner image, or a skip when no engine answers."""
+"""Runner fixtures: a real Docker engine and the CPU runner image (or a skip when no engine answers), the
+LocalRunner, and `runner`, each test once with either."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from runners.docker_runner import DEFAULT_IMAGES, LABEL, DockerRunner
+from runners.local import LocalRunner
+from runners.protocol import Runner
 
 BUILD_HINT = "compile-ci images build cpu --local-base (scripts/setup.sh does it when dockerd runs)"
 
@@ -35,6 +38,16 @@ def docker_runner(docker_client: object) -> Iterator[DockerRunner]:
     yield runner
     runner.sweep_leftovers()
     runner.close()
+
+
+@pytest.fixture
+def local_runner() -> LocalRunner:
+    return LocalRunner()
+
+
+@pytest.fixture(params=["docker", "local"])
+def runner(request: pytest.FixtureRequest) -> Runner:
+    return request.getfixturevalue(f"{request.param}_runner")
 
 
 def job_containers(client: object) -> list[str]:

@@ -22,7 +22,6 @@ from runners.compile_cache import (
     trust_class,
 )
 from runners.docker_runner import DockerRunner
-from runners.local import LocalRunner
 from runners.protocol import Runner, RunSpec
 
 MB = 1024 * 1024
@@ -85,16 +84,6 @@ def test_a_crashed_workers_layers_are_cleared_at_the_next_setup(tmp_path: Path) 
     running = repo.new_layer("running-job")
     fresh = repo.new_layer("next-job")
     assert not stale.exists() and running.exists() and fresh.exists()
-
-
-@pytest.fixture
-def local_runner() -> LocalRunner:
-    return LocalRunner()
-
-
-@pytest.fixture(params=["docker", "local"])
-def runner(request: pytest.FixtureRequest) -> Runner:
-    return request.getfixturevalue(f"{request.param}_runner")
 
 
 FILL = ("import os, pathlib, time\n"

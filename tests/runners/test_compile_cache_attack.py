@@ -20,7 +20,6 @@ import pytest
 
 from runners.compile_cache import TRUSTED, UNTRUSTED, CacheScope, RepoCache
 from runners.docker_runner import RUNNER_UID, DockerRunner
-from runners.local import LocalRunner
 from runners.protocol import Runner, RunSpec
 
 JOB = r'''
@@ -73,16 +72,6 @@ def fx_hits(counters: dict[str, dict[str, int]]) -> int:
 def tree_digest(directory: Path) -> dict[str, str]:
     return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(directory.rglob("*")) if p.is_file()}
-
-
-@pytest.fixture
-def local_runner() -> LocalRunner:
-    return LocalRunner()
-
-
-@pytest.fixture(params=["docker", "local"])
-def runner(request: pytest.FixtureRequest) -> Runner:
-    return request.getfixturevalue(f"{request.param}_runner")
 
 
 def job_runner(runner: Runner, tmp_path: Path) -> Callable[..., dict]:

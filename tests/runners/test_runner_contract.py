@@ -22,16 +22,6 @@ RUNNERS: dict[str, str] = {"local": "local_runner", "docker": "docker_runner"}
 ISOLATING = ["docker"]
 
 
-@pytest.fixture
-def local_runner() -> LocalRunner:
-    return LocalRunner()
-
-
-@pytest.fixture(params=sorted(RUNNERS))
-def runner(request: pytest.FixtureRequest) -> Runner:
-    return request.getfixturevalue(RUNNERS[request.param])
-
-
 @pytest.fixture(params=ISOLATING)
 def isolating_runner(request: pytest.FixtureRequest) -> Runner:
     return request.getfixturevalue(RUNNERS[request.param])

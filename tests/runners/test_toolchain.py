@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from runners.compile_cache import TRUSTED, CacheScope, RepoCache
-from runners.local import LocalRunner
 from runners.protocol import Runner, RunSpec
 from runners.toolchain import linker_env
 from service.config import ConfigError, Settings
@@ -26,16 +25,6 @@ def _linkers(directory: Path) -> set[str]:
         comment = subprocess.run(["readelf", "-p", ".comment", str(shared)], capture_output=True, text=True).stdout
         found.add("lld" if "LLD" in comment else "gnu")
     return found
-
-
-@pytest.fixture
-def local_runner() -> LocalRunner:
-    return LocalRunner()
-
-
-@pytest.fixture(params=["docker", "local"])
-def runner(request: pytest.FixtureRequest) -> Runner:
-    return request.getfixturevalue(f"{request.param}_runner")
 
 
 def _compile_job(runner: Runner, tmp_path: Path) -> Path:
