@@ -13,7 +13,7 @@ from pathlib import Path
 from runners.compile_cache import JobCache, open_job_cache, process_alive
 from runners.gpus import visible_devices
 from runners.protocol import RunResult, RunSpec, ShouldCancel
-from runners.toolchain import linker_env
+from runners.toolchain import linker_env, vec_isa_env
 
 # The worker's environment holds the webhook secret and the App's private key; the job gets none
 # of it, only what a test process needs to find its toolchain and GPU.
@@ -42,6 +42,7 @@ class LocalRunner:
         env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
         env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"})
         env.update(linker_env(in_image=False))
+        env.update(vec_isa_env(self.python, env))
         env.update(spec.env)
         visible = visible_devices(spec.device, self.gpus)
         if visible is not None:

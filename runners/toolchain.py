@@ -1,4 +1,5 @@
-"""The linker a job's C++ builds use. The one owner of COMPILER_PATH.
+"""The C++ toolchain a job's inductor uses: its linker (the one owner of COMPILER_PATH) and whether it may skip
+inductor's vector-ISA probe (the one owner of TORCHINDUCTOR_VEC_ISA_OK).
 
 On CPU, inductor builds every kernel into its own shared object with one `g++ ... -shared -ltorch -ltorch_cpu
 -ltorch_python` run, and GNU ld (bfd) spends about 0.3 s of each run resolving libtorch's symbols: a third of the
@@ -8,12 +9,26 @@ only `ld -> ld.lld` changes the linker and nothing else: no compiler flag, no in
 and no generated code moves. The runner images do the same (`ENV COMPILER_PATH` in their Dockerfiles).
 
 COMPILE_CI_LINKER=system (in the worker's environment) keeps g++'s default linker (GNU ld), for both runners.
+
+The vector-ISA probe (runners/isa_check.py says what it costs and why checking it once is exact) is checked when a
+runner image is built, whose Dockerfile then sets TORCHINDUCTOR_VEC_ISA_OK=1; for the LocalRunner, once per worker
+process and interpreter, before its first job: only a passed check lets that runner's jobs skip the probe.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
+import threading
+from collections.abc import Mapping
 from pathlib import Path
+
+log = logging.getLogger(__name__)
+ISA_CHECK = Path(__file__).resolve().with_name("isa_check.py")
+ISA_CHECK_TIMEOUT_S = 300
+_isa_verdicts: dict[tuple[str, str, str], bool] = {}
+_isa_lock = threading.Lock()
 
 LINKER_DIR = Path(__file__).resolve().with_name("linker")  # holds one entry: ld -> /usr/bin/ld.lld
 CHOICES = ("lld", "system")
@@ -30,3 +45,27 @@ def linker_env(*, in_image: bool, choice: str | None = None) -> dict[str, str]:
     if in_image or not (LINKER_DIR / "ld").exists():  # exists() follows the link: false when lld is missing
         return {}
     return {"COMPILER_PATH": str(LINKER_DIR)}
+
+
+def vec_isa_env(python: str, env: Mapping[str, str]) -> dict[str, str]:
+    """A LocalRunner job's TORCHINDUCTOR_VEC_ISA_OK: "1" once isa_check.py passed with `python` and the toolchain
+    `env` selects (its COMPILER_PATH and CXX); checked at the first job of each worker process, which waits for it.
+    Kept in memory only: a verdict on disk would be something an earlier job could have written."""
+    key = (python, env.get("COMPILER_PATH", ""), env.get("CXX", ""))
+    with _isa_lock:
+        if key not in _isa_verdicts:
+            _isa_verdicts[key] = _isa_check(python, env)
+    return {"TORCHINDUCTOR_VEC_ISA_OK": "1"} if _isa_verdicts[key] else {}
+
+
+def _isa_check(python: str, env: Mapping[str, str]) -> bool:
+    try:
+        done = subprocess.run([python, str(ISA_CHECK)], env=dict(env), capture_output=True, text=True,
+                              timeout=ISA_CHECK_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("vector-ISA check could not run (%s): jobs keep inductor's own probe", exc)
+        return False
+    if done.returncode != 0:
+        log.warning("vector-ISA check failed (exit %s): jobs keep inductor's own probe: %s", done.returncode,
+                    (done.stdout + done.stderr)[-2000:])
+    return done.returncode == 0

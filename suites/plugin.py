@@ -57,9 +57,10 @@ else:  # the repository's own test: as pytest would run it from the clone's root
     sys.path[:0] = [p for p in (CHECKOUT, os.path.join(CHECKOUT, "src")) if os.path.isdir(p)]
 sys.exit(pytest.main([os.path.join(BASE, {path!r}) + {rest!r}, *ARGS, "-p", "no:cacheprovider"]))
 '''
-# Torch settings of the job that change what a test does, carried into the repro (cache paths are the job's own).
+# Torch settings of the job that change what a test does, carried into the repro. Not the job's own: its cache paths,
+# and TORCHINDUCTOR_VEC_ISA_OK, which says the runner's toolchain passed runners/isa_check.py, not the reader's.
 _TORCH_ENV_PREFIXES = ("TORCH", "TORCHINDUCTOR_", "TORCHDYNAMO_", "PYTORCH_")
-_JOB_ONLY_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+_JOB_ONLY_ENV = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_VEC_ISA_OK")
 
 
 def _repro(item: pytest.Item) -> str:

@@ -50,9 +50,9 @@ def recipes() -> dict[str, ImageRecipe]:
     service_deps = tuple(tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
     return {
         "cpu": ImageRecipe("cpu", "compile-ci/runner-cpu:latest", IMAGES_DIR / "cpu" / "Dockerfile",
-                           ("suites",), (TORCH_PIN, *RUNNER_EXTRAS)),
+                           ("suites", "runners/isa_check.py"), (TORCH_PIN, *RUNNER_EXTRAS)),
         "cuda": ImageRecipe("cuda", "compile-ci/runner-cuda:latest", IMAGES_DIR / "cuda" / "Dockerfile",
-                            ("suites",), (TORCH_PIN, *RUNNER_EXTRAS), host_find_links=False),
+                            ("suites", "runners/isa_check.py"), (TORCH_PIN, *RUNNER_EXTRAS), host_find_links=False),
         # setuptools: `pip install .` builds the project in an isolated environment, offline too.
         "service": ImageRecipe("service", "compile-ci/service:latest", REPO_ROOT / "Dockerfile",
                                ("pyproject.toml", "README.md", "service", "runners", "suites"),
@@ -125,6 +125,7 @@ def build_context(recipe: ImageRecipe, offline_base: str | None) -> Iterator[Pat
             if src.is_dir():
                 shutil.copytree(src, context / source, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
             else:
+                (context / source).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy(src, context / source)
         (context / "wheels").mkdir()
         if offline_base is not None:

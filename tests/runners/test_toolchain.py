@@ -1,16 +1,21 @@
-"""The linker of a job's C++ builds: inductor's kernels link with lld in both runners; COMPILE_CI_LINKER=system
-keeps GNU ld. Told apart by what each linker writes into the object's .comment section (lld: "Linker: ... LLD")."""
+"""A job's C++ toolchain. The linker: inductor's kernels link with lld in both runners; COMPILE_CI_LINKER=system
+keeps GNU ld. Told apart by what each linker writes into the object's .comment section (lld: "Linker: ... LLD").
+The vector-ISA probe: checked once per toolchain (runners/isa_check.py), so a job builds no probe programs and
+still picks the ISA inductor's own probe picks."""
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from runners.compile_cache import TRUSTED, CacheScope, RepoCache
 from runners.protocol import Runner, RunSpec
-from runners.toolchain import linker_env
+from runners.toolchain import linker_env, vec_isa_env
 from service.config import ConfigError, Settings
 
 COMPILE = ("import torch\n"
@@ -56,3 +61,43 @@ def test_an_unknown_linker_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(ValueError, match="COMPILE_CI_LINKER must be one of lld, system, got 'mold'"):
         linker_env(in_image=False)
 
+
+
+PICK = ("import json, os\n"
+        "from pathlib import Path\n"
+        "from torch._inductor import cpu_vec_isa as m\n"
+        "isa = m.pick_vec_isa()\n"
+        "sources = [p.read_text() for p in Path(os.environ['TORCHINDUCTOR_CACHE_DIR']).rglob('*.cpp')]\n"
+        "print(json.dumps({'isa': str(isa), 'flags': isa.build_arch_flags(),\n"
+        "                  'probe_builds': sum(m.VecISA._avx_code.strip() in s for s in sources)}))\n")
+# The job picks its ISA as every job does, then a child without TORCHINDUCTOR_VEC_ISA_OK (and its own cache) picks
+# with inductor's full probe: the same ISA and the same compiler flags, or the skip would change generated code.
+ISA_JOB = ("import json, os, subprocess, sys, tempfile\n"
+           f"PICK = {PICK!r}\n"
+           "job = subprocess.run([sys.executable, '-c', PICK], capture_output=True, text=True, check=True).stdout\n"
+           "env = {k: v for k, v in os.environ.items() if k != 'TORCHINDUCTOR_VEC_ISA_OK'}\n"
+           "env['TORCHINDUCTOR_CACHE_DIR'] = tempfile.mkdtemp()\n"
+           "probed = subprocess.run([sys.executable, '-c', PICK], env=env, capture_output=True, text=True,\n"
+           "                        check=True).stdout\n"
+           "print('ISA', json.dumps({'env': os.environ.get('TORCHINDUCTOR_VEC_ISA_OK'), 'job': json.loads(job),\n"
+           "                         'probed': json.loads(probed)}))\n")
+
+
+def test_jobs_skip_the_vector_isa_probe_and_pick_what_it_picks(runner: Runner, tmp_path: Path) -> None:
+    scope = CacheScope(tmp_path / "cache", "101", TRUSTED)
+    spec = RunSpec(job_id="isa", command=(runner.python, "-c", ISA_JOB), checkout_dir=tmp_path,
+                   output_dir=tmp_path / "out", timeout_s=300, cache=scope)
+    assert runner.run(spec).exit_code == 0, spec.log_path.read_text()
+    line = next(x for x in spec.log_path.read_text().splitlines() if x.startswith("ISA "))
+    seen = json.loads(line[4:])
+    assert seen["env"] == "1"  # the image's build checked the toolchain; the LocalRunner checked it once
+    assert seen["job"]["probe_builds"] == 0, "the job built inductor's vector-ISA probe program"
+    assert seen["probed"]["probe_builds"] >= 1, "the control run did not probe: the comparison proves nothing"
+    assert (seen["job"]["isa"], seen["job"]["flags"]) == (seen["probed"]["isa"], seen["probed"]["flags"]), seen
+    assert seen["job"]["isa"].startswith("avx"), seen
+
+
+def test_a_toolchain_that_fails_the_check_keeps_the_probe() -> None:
+    broken = {**os.environ, "CXX": "/bin/false"}  # inductor builds with $CXX: every ISA's build fails
+    assert vec_isa_env(sys.executable, broken) == {}
+    assert vec_isa_env(sys.executable, dict(os.environ)) == {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
