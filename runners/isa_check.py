@@ -12,6 +12,10 @@ when the runner image is built (its Dockerfile runs this script and fails the bu
 interpreter for the LocalRunner (runners/toolchain.py). Exit 0 means every ISA built and loaded, so
 `TORCHINDUCTOR_VEC_ISA_OK=1` (use the ISAs the CPU declares) picks exactly what the probe would have picked.
 
+`--this-cpu` (the LocalRunner, whose jobs run on the host that checks) checks only the ISAs this CPU declares: the
+others never reach a job's list. A runner image checks all of them, since it may run on another CPU. The builds
+run side by side, one thread each.
+
 Standalone: it imports only torch, because it runs inside a runner image as well as on the worker's host.
 """
 
@@ -22,6 +26,7 @@ import os
 import platform
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 
 def main() -> int:
@@ -35,9 +40,14 @@ def main() -> int:
         from torch._inductor import cpu_vec_isa
 
         x86 = [isa for isa in cpu_vec_isa.supported_vec_isa_list if str(isa).startswith("avx")]  # AVX2 .. AMX
+        if "--this-cpu" in sys.argv[1:]:
+            declared = cpu_vec_isa.x86_isa_checker()
+            x86 = [isa for isa in x86 if all(flag in declared for flag in str(isa).split())]
         # check_build: the same build and dlopen the probe does, whether or not this CPU has the ISA (loading
         # a library runs none of its vector code, so a build host without AMX still checks AMX's build).
-        results = {type(isa).__name__: bool(isa.check_build(cpu_vec_isa.VecISA._avx_code)) for isa in x86}
+        with ThreadPoolExecutor(max(1, len(x86))) as pool:
+            built = pool.map(lambda isa: bool(isa.check_build(cpu_vec_isa.VecISA._avx_code)), x86)
+            results = dict(zip((type(isa).__name__ for isa in x86), built, strict=True))
     ok = bool(results) and all(results.values())
     print(json.dumps({"ok": ok, "isas": results}))
     return 0 if ok else 1

@@ -60,7 +60,7 @@ def vec_isa_env(python: str, env: Mapping[str, str]) -> dict[str, str]:
 
 def _isa_check(python: str, env: Mapping[str, str]) -> bool:
     try:
-        done = subprocess.run([python, str(ISA_CHECK)], env=dict(env), capture_output=True, text=True,
+        done = subprocess.run([python, str(ISA_CHECK), "--this-cpu"], env=dict(env), capture_output=True, text=True,
                               timeout=ISA_CHECK_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         log.warning("vector-ISA check could not run (%s): jobs keep inductor's own probe", exc)
