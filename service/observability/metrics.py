@@ -9,9 +9,9 @@ are built lazily (`recorded()`), never at import.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest, start_http_server
@@ -45,8 +45,21 @@ def use_multiprocess_dir(path: Path) -> None:
     prometheus_values.ValueClass = prometheus_values.MultiProcessValue()
 
 
-@cache
+_recorded: list[Recorded] = []
+_recorded_lock = threading.Lock()
+
+
 def recorded() -> Recorded:
+    """The metrics, made once per process. Under a lock: the github worker's threads report their first tasks
+    at the same moment, and two of them registering the same names fail with DuplicateTimeseries."""
+    if not _recorded:
+        with _recorded_lock:
+            if not _recorded:
+                _recorded.append(_make())
+    return _recorded[0]
+
+
+def _make() -> Recorded:
     return Recorded(
         deliveries=Counter("compile_ci_webhook_deliveries", "Webhook deliveries answered, by event and HTTP status",
                            ["event", "status"]),

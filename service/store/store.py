@@ -83,10 +83,19 @@ class Store:
             return list(s.scalars(select(Run).order_by(Run.created_at.desc()).limit(limit)))
 
     def add_jobs_if_absent(self, jobs: Iterable[Job]) -> None:
-        with self.session() as s:
-            for job in jobs:
-                if s.get(Job, job.id) is None:
-                    s.add(job)
+        """Insert the jobs no row has yet. Two workers can plan the same job at the same moment (two pull requests
+        sharing one base run): the later commit fails as a whole, and then inserts what is still absent."""
+        pending = list(jobs)
+        for attempt in range(3):
+            try:
+                with self.session() as s:
+                    for job in pending:
+                        if s.get(Job, job.id) is None:
+                            s.add(job)
+                return
+            except IntegrityError:
+                if attempt == 2:
+                    raise
 
     def transition(self, model: type[Row], row_id: str, when: Mapping[str, object],
                    values: Mapping[str, object]) -> Row | None:

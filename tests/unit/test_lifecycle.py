@@ -116,3 +116,24 @@ def test_a_database_made_by_an_older_version_gains_the_new_columns(tmp_path: Pat
     store = Store(f"sqlite:///{path}")
     job_id = _planned(store)
     assert store.get_job(job_id).xfailed == 0
+
+
+def test_two_workers_planning_the_same_jobs_at_once_both_succeed(store: Store, tmp_path: Path) -> None:
+    # Two pull requests on one base commit plan the same base run's job from two workers. Replayed exactly: the
+    # second worker's insert lands between the first one's read (no such job) and its commit.
+    from sqlalchemy import event
+
+    run = _run(store)
+    jobs = [lifecycle.new_job(run, suite, "cpu", 60) for suite in ("correctness", "fusion")]
+    other = Store(f"sqlite:///{tmp_path / 'ci.db'}")
+    raced = []
+
+    def other_worker_inserts(conn, cursor, statement, *args) -> None:  # noqa: ANN001
+        if not raced and statement.lstrip().upper().startswith("SELECT") and "FROM jobs" in statement:
+            raced.append(True)
+            other.add_jobs_if_absent([lifecycle.new_job(run, "correctness", "cpu", 60)])
+
+    event.listen(store.engine, "after_cursor_execute", other_worker_inserts)
+    store.add_jobs_if_absent(jobs)  # raised IntegrityError (UNIQUE constraint failed: jobs.id) before the fix
+    assert raced, "the race was not replayed"
+    assert sorted(job.suite for job in store.jobs_of(run.id)) == ["correctness", "fusion"]
