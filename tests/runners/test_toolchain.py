@@ -62,7 +62,6 @@ def test_an_unknown_linker_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -
         linker_env(in_image=False)
 
 
-
 PICK = ("import json, os\n"
         "from pathlib import Path\n"
         "from torch._inductor import cpu_vec_isa as m\n"

@@ -6,6 +6,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event
 
 from service.jobs import lifecycle
 from service.jobs.lifecycle import Cancel, Conclusion, Gate, JobState, Outcome, RunState
@@ -121,8 +122,6 @@ def test_a_database_made_by_an_older_version_gains_the_new_columns(tmp_path: Pat
 def test_two_workers_planning_the_same_jobs_at_once_both_succeed(store: Store, tmp_path: Path) -> None:
     # Two pull requests on one base commit plan the same base run's job from two workers. Replayed exactly: the
     # second worker's insert lands between the first one's read (no such job) and its commit.
-    from sqlalchemy import event
-
     run = _run(store)
     jobs = [lifecycle.new_job(run, suite, "cpu", 60) for suite in ("correctness", "fusion")]
     other = Store(f"sqlite:///{tmp_path / 'ci.db'}")
