@@ -6,14 +6,14 @@ read, and tested, in one place.
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Any
 
 import docker.types
 
 from runners.compile_cache import slug
-from runners.protocol import RunSpec
+from runners.outbox import Limits
+from runners.protocol import RunSpec, map_paths
 from runners.toolchain import linker_env
 
 LABEL = "org.compile-ci.job"  # every job container carries it: leftovers are found by it
@@ -36,19 +36,19 @@ TMPFS_MB = 4096
 
 
 def container_config(spec: RunSpec, image: str, cache: docker.types.Mount | None = None, deployment: str = "default",
-                     deadline_slack_s: int = DEADLINE_SLACK_S, gpus: tuple[str, ...] = ()) -> dict[str, Any]:
+                     deadline_slack_s: int = DEADLINE_SLACK_S, gpus: tuple[str, ...] = (),
+                     output: docker.types.Mount | None = None) -> dict[str, Any]:
     """Everything `containers.create` gets for a job. `cache`: the job's compile cache, already resolved to its
-    repository and trust class (DockerRunner._prepare_cache); `gpus`: the worker's GPUs (empty: all of them)."""
+    repository and trust class (DockerRunner._prepare_cache); `gpus`: the worker's GPUs (empty: all of them);
+    `output`: the job's capped output volume (runners/docker_output.py), never a directory of the worker's."""
     paths = _path_map(spec)
-    mounts = [
-        docker.types.Mount(CHECKOUT_MOUNT, str(spec.checkout_dir), type="bind", read_only=True),
-        # Results go to a bind mount: a tmpfs is invisible to the engine's archive copies and dies with it.
-        docker.types.Mount(OUTPUT_MOUNT, str(spec.output_dir), type="bind", read_only=False),
-    ]
+    mounts = [docker.types.Mount(CHECKOUT_MOUNT, str(spec.checkout_dir), type="bind", read_only=True)]
+    if output is not None:
+        mounts.append(output)
     if spec.deps_dir is not None:
         # Read-only: shared by every job with the same requirements, so no job may change it for the next.
         mounts.append(docker.types.Mount(DEPS_MOUNT, str(spec.deps_dir), type="bind", read_only=True))
-    env = {key: _translate(value, paths) for key, value in spec.env.items()}
+    env = {key: map_paths(value, paths) for key, value in spec.env.items()}
     env.update({"HOME": "/tmp", "TMPDIR": "/tmp", "USER": "runner", "PYTHONUNBUFFERED": "1",
                 **linker_env(in_image=True)})
     if cache is not None:
@@ -59,7 +59,7 @@ def container_config(spec: RunSpec, image: str, cache: docker.types.Mount | None
     config: dict[str, Any] = {
         "image": image,
         # Its own deadline: coreutils' timeout as pid 1 ends the job (then the container) even with no worker left.
-        "command": ["timeout", "--kill-after=10", str(deadline_s), *(_translate(arg, paths) for arg in spec.command)],
+        "command": ["timeout", "--kill-after=10", str(deadline_s), *(map_paths(arg, paths) for arg in spec.command)],
         "name": container_name(spec.job_id),
         "labels": {LABEL: spec.job_id, DEPLOYMENT_LABEL: deployment,
                    DEADLINE_LABEL: str(int(time.time()) + deadline_s + 10)},
@@ -82,12 +82,41 @@ def container_config(spec: RunSpec, image: str, cache: docker.types.Mount | None
         "init": False,
         "stdin_open": False,
         "detach": True,
+        # The engine keeps its own copy of what the job prints: bounded like the worker's log.txt (runners/job_log.py).
+        "log_config": docker.types.LogConfig(type="json-file", config={"max-size": "64m", "max-file": "2"}),
     }
     if spec.device == "cuda":
         # The NVIDIA toolkit exposes exactly the worker's GPUs (renumbered from 0 inside the container).
         wanted = {"device_ids": list(gpus)} if gpus else {"count": -1}
         config["device_requests"] = [docker.types.DeviceRequest(capabilities=[["gpu"]], **wanted)]
     return config
+
+
+def output_volume_options(limits: Limits) -> dict[str, str]:
+    """The local driver mounts a tmpfs: bytes and entries capped by the kernel while the job writes, owned by the
+    job's user, gone with the volume. Its pages count against the job's memory limit, like /tmp's."""
+    size_kb = max(limits.total_bytes // 1024, 1024)
+    return {"type": "tmpfs", "device": "tmpfs",
+            "o": f"size={size_kb}k,nr_inodes={limits.files + 64},uid={RUNNER_UID},gid={RUNNER_UID},mode=0700,"
+                 "nosuid,nodev,noexec"}
+
+
+def holder_config(spec: RunSpec, image: str, volume: str, name: str, labels: dict[str, str],
+                  deadline_slack_s: int = DEADLINE_SLACK_S) -> dict[str, Any]:
+    """A container that only sleeps with the output volume mounted read-only, so the tmpfs outlives the job's
+    container until the worker has archived it; it stops itself after the job's deadline."""
+    lifetime = int(spec.timeout_s) + deadline_slack_s + 600
+    return {
+        "image": image, "name": name, "command": ["sleep", str(lifetime)], "labels": labels,
+        "user": f"{RUNNER_UID}:{RUNNER_UID}", "network_mode": "none", "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges"], "read_only": True, "working_dir": "/",
+        "mounts": [docker.types.Mount(OUTPUT_MOUNT, volume, type="volume", read_only=True, no_copy=True)],
+        "mem_limit": "64m", "pids_limit": 16, "nano_cpus": int(0.25e9), "init": False, "detach": True,
+    }
+
+
+def output_volume_name(job_id: str) -> str:
+    return "compile-ci-out-" + slug(job_id)
 
 
 def container_name(job_id: str) -> str:
@@ -108,8 +137,3 @@ def _path_map(spec: RunSpec) -> list[tuple[str, str]]:
         pairs.append((str(spec.deps_dir), DEPS_MOUNT))
     return sorted(pairs, key=lambda pair: -len(pair[0]))
 
-
-def _translate(text: str, paths: list[tuple[str, str]]) -> str:
-    for host, inside in paths:
-        text = re.sub(re.escape(host) + r"(?=/|$|[\s\"',:;=])", inside, text)
-    return text

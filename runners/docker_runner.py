@@ -16,17 +16,22 @@ import docker.errors
 import docker.types
 import requests
 
-from runners.compile_cache import CacheScopeError, JobCache, hand_to, open_job_cache, slug
+from runners.compile_cache import CacheScopeError, JobCache, open_job_cache, slug
 from runners.docker_container import (
     CACHE_MOUNT,
+    DEADLINE_LABEL,
+    DEADLINE_SLACK_S,
     DEPLOYMENT_LABEL,
     LABEL,
     RUNNER_UID,
     WRAPPER_FAILED,
     container_config,
     container_name,
+    output_volume_name,
     past_deadline,
 )
+from runners.docker_output import OutputVolume
+from runners.job_log import LogSink
 from runners.protocol import RunResult, RunSpec, ShouldCancel
 
 DEFAULT_IMAGES = {"cpu": "compile-ci/runner-cpu:latest", "cuda": "compile-ci/runner-cuda:latest"}
@@ -91,19 +96,21 @@ class DockerRunner:
         name = container_name(spec.job_id)
         container = None
         cache: _JobCache | None = None
+        output = OutputVolume(self.client, spec, self.images[spec.device], self.deployment,
+                              output_volume_name(spec.job_id), self._labels(spec))
         clean = False  # whether the job ended by itself: only then are its trusted cache writes kept
         try:
-            hand_to(spec.output_dir, RUNNER_UID)  # the job runs as uid 10001
             self._remove(name)  # a stale container from a crashed attempt holds the name
             cache = self._prepare_cache(spec)
             mount = cache.mount if cache is not None else None
-            config = container_config(spec, self.images[spec.device], mount, self.deployment, gpus=self.gpus)
+            config = container_config(spec, self.images[spec.device], mount, self.deployment, gpus=self.gpus,
+                                      output=output.open())
             container = self.client.containers.create(**config)
             container.start()
-            with open(spec.log_path, "ab") as log:
+            with LogSink(spec.log_path, spec.log_mb << 20) as log:
                 pump = threading.Thread(target=_pump_logs, args=(container, log), daemon=True)
                 pump.start()
-                outcome = _wait(container, spec.timeout_s, should_cancel)
+                outcome = _wait(container, spec.timeout_s, _ticking(output, should_cancel))
                 if outcome.kind != "exited":
                     container.kill()
                 container.wait(timeout=STOP_GRACE_S)
@@ -117,21 +124,29 @@ class DockerRunner:
             clean = outcome.kind == "exited" and not state.get("OOMKilled") and exit_code not in (124, 137)
             if exit_code in (126, 127) and _first_line(spec.log_path).startswith(WRAPPER_FAILED):
                 return self._infra(start, f"the job's command cannot start: {_first_line(spec.log_path)}")
+            report = output.collect()
             return RunResult(exit_code, duration, timed_out=outcome.kind == "timeout",
                              cancelled=outcome.kind == "cancelled",
-                             oom=bool(state.get("OOMKilled")) and outcome.kind == "exited")
+                             oom=bool(state.get("OOMKilled")) and outcome.kind == "exited", output=report)
         except docker.errors.ImageNotFound as exc:
             return self._infra(start, f"runner image missing: {exc.explanation or exc}")
         except docker.errors.APIError as exc:
             return self._infra(start, f"the Docker engine refused the job container: {exc.explanation or exc}")
         except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
             return self._infra(start, f"the Docker engine is unreachable: {exc}")
-        except (CacheScopeError, OSError, subprocess.CalledProcessError) as exc:
+        except (CacheScopeError, subprocess.CalledProcessError) as exc:
             return self._infra(start, f"the job's compile cache could not be set up: {exc}")
+        except OSError as exc:
+            return self._infra(start, f"the worker could not set up or save the job's files: {exc}")
         finally:
             self._remove(name)
+            output.close()
             if cache is not None:
                 self._release_cache(cache, clean)
+
+    def _labels(self, spec: RunSpec) -> dict[str, str]:
+        deadline = int(time.time()) + int(spec.timeout_s) + DEADLINE_SLACK_S + 10
+        return {LABEL: spec.job_id, DEPLOYMENT_LABEL: self.deployment, DEADLINE_LABEL: str(deadline)}
 
     def _prepare_cache(self, spec: RunSpec) -> _JobCache | None:
         if spec.cache is None:
@@ -227,13 +242,20 @@ class DockerRunner:
         return removed
 
 
-def _pump_logs(container: Any, log: Any) -> None:
+def _ticking(output: OutputVolume, should_cancel: ShouldCancel | None) -> ShouldCancel:
+    """The ~1/s callback of the wait: the job's progress copied out now and then, then the worker's own question."""
+    def tick() -> bool:
+        output.refresh_progress()
+        return should_cancel is not None and should_cancel()
+    return tick
+
+
+def _pump_logs(container: Any, log: LogSink) -> None:
     stream = None
     try:
         stream = container.logs(stream=True, follow=True, stdout=True, stderr=True)
         for chunk in stream:
             log.write(chunk)
-            log.flush()
     except (docker.errors.DockerException, requests.exceptions.RequestException):
         pass  # the container went away mid-stream (killed and removed): the log ends there
     finally:

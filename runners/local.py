@@ -7,13 +7,26 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import IO
 
 from runners.compile_cache import JobCache, open_job_cache, process_alive
 from runners.gpus import visible_devices
-from runners.protocol import RunResult, RunSpec, ShouldCancel
+from runners.job_log import LogSink
+from runners.outbox import (
+    PROGRESS_EVERY_S,
+    PROGRESS_FILE,
+    PROGRESS_LIMIT,
+    OutputReport,
+    collect_tree,
+    publish_progress,
+    usage,
+)
+from runners.protocol import RunResult, RunSpec, ShouldCancel, map_paths
 from runners.toolchain import linker_env, vec_isa_env
+from runners.untrusted_files import read_bounded
 
 # The worker's environment holds the webhook secret and the App's private key; the job gets none
 # of it, only what a test process needs to find its toolchain and GPU.
@@ -21,10 +34,18 @@ PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DE
 KILL_GRACE_S = 5.0
 
 
+def private_dir(output_dir: Path) -> Path:
+    """Where the job really writes (out/) and keeps its HOME and TMPDIR (tmp/): beside the results directory, never
+    inside it; copied out as untrusted data, then deleted."""
+    return output_dir.with_name(output_dir.name + ".job")
+
+
 class LocalRunner:
     """Trusted hosts only: the job runs as the worker's user, so it can read whatever that user can, every
     repository's cache included. What it does guarantee: an untrusted job works on a private copy of its
-    repository's trusted cache (deleted after it), so nothing it writes is ever imported by another job."""
+    repository's trusted cache (deleted after it), so nothing it writes is ever imported by another job; its
+    output is copied out like a container's (regular files, no links followed, bounded), and its quota is checked
+    every few seconds (a container's is enforced by the kernel)."""
 
     name = "local"
 
@@ -37,13 +58,17 @@ class LocalRunner:
 
     def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult:
         spec.output_dir.mkdir(parents=True, exist_ok=True)
-        scratch = spec.output_dir / ".scratch"
-        scratch.mkdir(exist_ok=True)
+        private = private_dir(spec.output_dir)
+        shutil.rmtree(private, ignore_errors=True)
+        job_out, scratch = private / "out", private / "tmp"
+        job_out.mkdir(parents=True)
+        scratch.mkdir()
+        paths = [(str(spec.output_dir), str(job_out))]
         env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
         env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"})
         env.update(linker_env(in_image=False))
         env.update(vec_isa_env(self.python, env))
-        env.update(spec.env)
+        env.update({key: map_paths(value, paths) for key, value in spec.env.items()})
         visible = visible_devices(spec.device, self.gpus)
         if visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible
@@ -58,18 +83,24 @@ class LocalRunner:
                 assert cache.directory is not None
                 env.update({"TORCHINDUCTOR_CACHE_DIR": str(cache.directory / "inductor"),
                             "TRITON_CACHE_DIR": str(cache.directory / "triton")})
-            with open(spec.log_path, "ab") as log:
+            with LogSink(spec.log_path, spec.log_mb << 20) as log:
                 try:
                     proc = subprocess.Popen(
-                        spec.command, cwd=scratch, env=env, stdout=log, stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL, start_new_session=True,
+                        [map_paths(arg, paths) for arg in spec.command], cwd=scratch, env=env,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                        start_new_session=True,
                     )
                 except OSError as exc:
                     return RunResult(None, time.monotonic() - start, infra_error=f"cannot start job: {exc}")
+                assert proc.stdout is not None
+                pump = threading.Thread(target=_pump, args=(proc.stdout, log), daemon=True)
+                pump.start()
                 try:
-                    outcome = _wait(proc, spec.timeout_s, should_cancel)
+                    outcome = _wait(proc, spec, should_cancel, job_out)
                 finally:
                     _kill_group(proc)
+                    pump.join(timeout=KILL_GRACE_S)
+                    proc.stdout.close()
         except (OSError, subprocess.CalledProcessError, ValueError) as exc:
             return RunResult(None, time.monotonic() - start, infra_error=f"the job's compile cache failed: {exc}")
         finally:
@@ -78,15 +109,26 @@ class LocalRunner:
                 cache.close(clean=outcome == "exited")
         duration = time.monotonic() - start
         shutil.rmtree(scratch, ignore_errors=True)
-        if outcome == "timeout":
-            return RunResult(proc.returncode, duration, timed_out=True)
-        if outcome == "cancelled":
-            return RunResult(proc.returncode, duration, cancelled=True)
-        return RunResult(proc.returncode, duration)
+        try:
+            report = collect_tree(job_out, spec.output_dir, spec.output_limits)
+        except OSError as exc:
+            return RunResult(None, duration, infra_error=f"the worker could not save the job's files: {exc}")
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+        if outcome == "over quota":
+            report = OutputReport(report.files, report.bytes, report.problems, report.problem_count, True)
+        return RunResult(proc.returncode, duration, timed_out=outcome == "timeout",
+                         cancelled=outcome == "cancelled", output=report)
 
 
-def _wait(proc: subprocess.Popen[bytes], timeout_s: float, should_cancel: ShouldCancel | None) -> str:
-    deadline = time.monotonic() + timeout_s
+def _pump(stream: IO[bytes], log: LogSink) -> None:
+    while chunk := stream.read1(64 * 1024):  # type: ignore[attr-defined]
+        log.write(chunk)
+
+
+def _wait(proc: subprocess.Popen[bytes], spec: RunSpec, should_cancel: ShouldCancel | None, job_out: Path) -> str:
+    deadline = time.monotonic() + spec.timeout_s
+    measured = time.monotonic()
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -97,6 +139,19 @@ def _wait(proc: subprocess.Popen[bytes], timeout_s: float, should_cancel: Should
         except subprocess.TimeoutExpired:
             if should_cancel is not None and should_cancel():
                 return "cancelled"
+        if time.monotonic() - measured >= PROGRESS_EVERY_S:
+            measured = time.monotonic()
+            quota = spec.output_limits.total_bytes
+            if usage(job_out, quota) > quota:
+                return "over quota"
+            _copy_progress(job_out, spec.output_dir)
+
+
+def _copy_progress(job_out: Path, dest: Path) -> None:
+    try:
+        publish_progress(dest, read_bounded(job_out, PROGRESS_FILE, PROGRESS_LIMIT))
+    except OSError:
+        pass  # not written yet, or not a plain small file: no progress shown
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

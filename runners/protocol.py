@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from runners.compile_cache import CacheScope
+from runners.outbox import Limits, OutputReport
+
+DEFAULT_OUTPUT_MB = 1024
 
 
 @dataclass(frozen=True)
@@ -15,7 +19,9 @@ class RunSpec:
     job_id: str
     command: tuple[str, ...]
     checkout_dir: Path  # the repository at the head sha; read-only for the job
-    output_dir: Path  # junit.xml, log.txt and per-test artifacts land here
+    # Where the job's results land: the runner writes log.txt here, and copies in what the job left in its own
+    # output directory (the job writes to a private directory this path is mapped to, never to this one).
+    output_dir: Path
     timeout_s: float
     device: str = "cpu"
     env: Mapping[str, str] = field(default_factory=dict)  # never secrets: PR code reads all of it
@@ -29,10 +35,16 @@ class RunSpec:
     suites_dir: Path | None = None
     # The repository's installed requirements (prepared by the worker); container runners mount it read-only.
     deps_dir: Path | None = None
+    output_mb: int = DEFAULT_OUTPUT_MB  # the job's output quota, enforced while it runs
+    log_mb: int = 128  # what the job prints, kept up to this (runners/job_log.py)
 
     @property
     def log_path(self) -> Path:
         return self.output_dir / "log.txt"
+
+    @property
+    def output_limits(self) -> Limits:
+        return Limits(total_bytes=self.output_mb * 1024 * 1024)
 
 
 @dataclass(frozen=True)
@@ -43,6 +55,14 @@ class RunResult:
     oom: bool = False
     cancelled: bool = False
     infra_error: str | None = None  # the runner itself failed: not the PR's fault
+    output: OutputReport = field(default_factory=OutputReport)  # what was copied out of the job's output, refused
+
+
+def map_paths(text: str, pairs: Sequence[tuple[str, str]]) -> str:
+    """A worker path in a command or variable -> where the job sees it (`pairs` longest first)."""
+    for worker, job in pairs:
+        text = re.sub(re.escape(worker) + r"(?=/|$|[\s\"',:;=])", job, text)
+    return text
 
 
 # Called about once a second while the job runs; returning True cancels it.

@@ -90,6 +90,8 @@ class Settings:
     pip_extra_index_urls: tuple[str, ...] = ()
     # Each repository's trusted compile cache (per runner build) is trimmed to this, least recently used first.
     cache_cap_mb: int = 4096
+    # A job's output directory (generated code, junit, metrics) is capped at this while it runs (a tmpfs in Docker).
+    output_mb: int = 1024
     delivery_ttl_seconds: int = 7 * 24 * 3600
     # Live progress of a running job is PATCHed at most this often (GitHub's secondary rate limits).
     progress_interval_seconds: int = 10
@@ -247,6 +249,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         pip_index_url=next(iter(_index_urls(env, "PIP_INDEX_URL", problems)), ""),
         pip_extra_index_urls=_index_urls(env, "PIP_EXTRA_INDEX_URLS", problems),
         cache_cap_mb=_int(env, "CACHE_CAP_MB", 4096, problems),
+        output_mb=_int(env, "OUTPUT_MB", 1024, problems, minimum=16),
         delivery_ttl_seconds=_int(env, "DELIVERY_TTL_SECONDS", 7 * 24 * 3600, problems),
         progress_interval_seconds=_int(env, "PROGRESS_INTERVAL_SECONDS", 10, problems),
         reaper_interval_seconds=_int(env, "REAPER_INTERVAL_SECONDS", 10, problems),

@@ -33,13 +33,15 @@ def pipeline_like_spec(tmp_path: Path, device: str = "cpu") -> RunSpec:
 
 def test_worker_paths_become_mount_points(tmp_path: Path) -> None:
     cache = docker.types.Mount(CACHE_MOUNT, str(tmp_path / "cache"), type="bind")
-    config = container_config(pipeline_like_spec(tmp_path), "img", cache)
+    output = docker.types.Mount("/job/out", "compile-ci-out-x", type="volume", no_copy=True)
+    config = container_config(pipeline_like_spec(tmp_path), "img", cache, output=output)
     assert config["command"] == ["timeout", "--kill-after=10", str(60 + DEADLINE_SLACK_S), "python", "-m", "pytest",
                                  "--junitxml=/job/out/junit.xml", f"{IMAGE_SUITES}/correctness"]
     assert config["environment"]["COMPILE_CI_CHECKOUT"] == "/job/checkout"
     assert config["environment"]["TORCHINDUCTOR_CACHE_DIR"] == f"{CACHE_MOUNT}/inductor"
     mounts = {m["Target"]: (m["Source"], m["ReadOnly"]) for m in config["mounts"]}
-    assert mounts == {"/job/checkout": (str(tmp_path / "src"), True), "/job/out": (str(tmp_path / "out"), False),
+    # The job's output is its own capped volume, never the worker's results directory.
+    assert mounts == {"/job/checkout": (str(tmp_path / "src"), True), "/job/out": ("compile-ci-out-x", False),
                       CACHE_MOUNT: (str(tmp_path / "cache"), False)}
     assert "/var/run/docker.sock" not in str(config)
 

@@ -1,0 +1,107 @@
+"""A job's output directory is attacker-controlled: the attacks of issue 26 replayed through real jobs, against the
+DockerRunner (real engine, real image) and LocalRunner. Trust boundary: the job's output directory (the job's) ->
+the results directory (the worker's, never mounted into the job) -> pages and GitHub."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from runners.protocol import Runner
+from tests.runners.test_runner_contract import spec_for
+
+SECRET = "BEGIN RSA PRIVATE KEY: the App's key, never to be shown"
+
+PLANT = """
+    import os, socket
+    out = os.environ["COMPILE_CI_OUTPUT_DIR"]
+    os.makedirs(os.path.join(out, "tests", "t1"))
+    open(os.path.join(out, "tests", "t1", "output_code_0.py"), "w").write("# a kernel")
+    for name, target in [("junit.xml", {secret!r}), ("environment.json", "/etc/passwd"),
+                         ("meta.json", {victim!r}), ("tests/t1/repro.py", {secret!r}), ("tests/t2", "/")]:
+        os.symlink(target, os.path.join(out, name))
+    os.mkfifo(os.path.join(out, "tests", "t1", "metrics.json"))
+    os.mkfifo(os.path.join(out, "progress.json"))
+    socket.socket(socket.AF_UNIX).bind(os.path.join(out, "sock"))
+    open(os.path.join(out, "log.txt"), "w").write("a log the job made up")
+    print("planted", flush=True)
+"""
+
+
+def _everything_in(directory: Path) -> str:
+    return "".join(p.read_text(errors="replace") for p in directory.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def test_links_fifos_and_sockets_are_named_never_followed(runner: Runner, tmp_path: Path) -> None:
+    secret, victim = tmp_path / "app-key.pem", tmp_path / "root-owned.conf"
+    secret.write_text(SECRET)
+    victim.write_text("original\n")
+    started = time.monotonic()
+    result = runner.run(spec_for(runner, tmp_path, PLANT.format(secret=str(secret), victim=str(victim))))
+    assert result.exit_code == 0 and time.monotonic() - started < 60  # a FIFO made nobody wait
+    out = tmp_path / "out"
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
+        "log.txt", "tests/t1/output_code_0.py"]
+    assert not any(p.is_symlink() or not (p.is_file() or p.is_dir()) for p in out.rglob("*"))
+    assert SECRET not in _everything_in(out) and "root:" not in _everything_in(out)
+    assert "planted" in (out / "log.txt").read_text() and "made up" not in (out / "log.txt").read_text()
+    assert victim.read_text() == "original\n"
+    expected = {
+        "junit.xml": "a symbolic link", "environment.json": "a symbolic link", "meta.json": "a name the service "
+        "writes itself", "tests/t1/repro.py": "a symbolic link", "tests/t2": "a symbolic link",
+        "tests/t1/metrics.json": "a FIFO", "progress.json": "a FIFO", "sock": "a socket", "log.txt": "a name the "
+        "service writes itself"}
+    if runner.name == "docker":
+        del expected["sock"]  # the engine's archive leaves sockets out altogether
+    assert {name: reason.split(" (")[0] for name, reason in result.output.problems} == expected
+
+
+FILL = """
+    import errno, os
+    path = os.path.join(os.environ["COMPILE_CI_OUTPUT_DIR"], "big.bin")
+    try:
+        with open(path, "wb") as handle:
+            for _ in range(64):
+                handle.write(b"x" * (1 << 20))
+                handle.flush()
+        print("wrote 64 MB", flush=True)
+    except OSError as exc:
+        print("refused:", errno.errorcode.get(exc.errno), flush=True)
+    open(os.path.join(os.environ["COMPILE_CI_OUTPUT_DIR"], "after.txt"), "w").write("small")
+    {tail}
+"""
+
+
+def test_the_output_quota_holds_while_the_job_writes(runner: Runner, tmp_path: Path) -> None:
+    # LocalRunner measures every few seconds, so its job keeps running a little while past the quota.
+    spec = replace(spec_for(runner, tmp_path, FILL.format(tail="import time; time.sleep(8)")), output_mb=16)
+    result = runner.run(spec)
+    out = tmp_path / "out"
+    kept = sum(p.stat().st_size for p in out.rglob("*") if p.is_file() and p.name != "log.txt")
+    assert result.output.over_quota and kept <= 16 * 1024 * 1024
+    if runner.name == "docker":  # the kernel refused the write inside the job: ENOSPC, no more
+        assert "refused: ENOSPC" in (out / "log.txt").read_text() and result.exit_code == 0
+
+
+def test_a_sparse_file_is_over_the_quota_and_ends_promptly(runner: Runner, tmp_path: Path) -> None:
+    code = """
+        import os
+        with open(os.path.join(os.environ["COMPILE_CI_OUTPUT_DIR"], "sparse.bin"), "wb") as handle:
+            handle.truncate(200 * 1024**3)
+    """
+    started = time.monotonic()
+    result = runner.run(replace(spec_for(runner, tmp_path, code), output_mb=16))
+    assert result.output.over_quota and time.monotonic() - started < 60
+    assert not (tmp_path / "out" / "sparse.bin").exists()
+
+
+def test_the_log_is_bounded(runner: Runner, tmp_path: Path) -> None:
+    code = """
+        for _ in range(4096):
+            print('x' * 1023, flush=True)
+        print("the end", flush=True)
+    """
+    assert runner.run(replace(spec_for(runner, tmp_path, code), log_mb=1)).exit_code == 0
+    log = (tmp_path / "out" / "log.txt").read_text()
+    assert len(log) < (1 << 20) + 4096 and "the log was cut at 1 MB" in log and "the end" not in log
