@@ -18,11 +18,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from runners.local import private_dir
 from runners.protocol import RunResult
 from service.config import Settings
 from service.jobs.install_step import COPY_NAME, INSTALL_EXIT
 from service.jobs.lifecycle import Conclusion, Outcome
-from service.jobs.outcome import Attempt
+from service.jobs.outcome import Attempt, read_json
 
 STEP_SOURCE = (Path(__file__).parent / "install_step.py").read_text()
 INSTALL_TITLE = "Install failed"
@@ -120,7 +121,7 @@ def shown(command: tuple[str, ...]) -> tuple[str, ...]:
 def source_roots(out: Path) -> list[str]:
     """Where the job's copy of the checkout lives (the container's /tmp, LocalRunner's scratch): failures located
     there are in the repository's files."""
-    return [f"/tmp/{COPY_NAME}", str(out / ".scratch" / COPY_NAME)]
+    return [f"/tmp/{COPY_NAME}", str(private_dir(out) / "tmp" / COPY_NAME)]
 
 
 def failed_result(out: Path, exc: InstallFailed) -> RunResult:
@@ -135,12 +136,12 @@ def judged(out: Path, result: RunResult, attempt: Attempt) -> Outcome | None:
     """"Install failed" with pip's lines when the install phase failed; None otherwise."""
     if result.exit_code != INSTALL_EXIT or result.infra_error:
         return None
-    try:
-        data = json.loads((out / "install.json").read_text())
-    except (OSError, ValueError):
+    data = read_json(out / "install.json")  # the in-job half wrote it: untrusted, bounded
+    if not data:
         return None
     what = "the [install] requirements" if data.get("stage") in ("download", "unpack") else "the repository itself"
-    lines = "\n".join(str(line) for line in data.get("lines", []))[-6000:]
+    raw = data.get("lines")
+    lines = "\n".join(str(line)[:1000] for line in (raw if isinstance(raw, list) else [])[:200])[-6000:]
     detail = f"Nothing was tested: installing {what} failed.\n\n```\n{lines}\n```"
     torch = str(attempt.environment.get("torch_version", ""))
     return Outcome(Conclusion.FAILURE, INSTALL_TITLE, detail, attempt.counts, torch)

@@ -1,9 +1,10 @@
-"""JUnit XML (as pytest writes it with junit_family=xunit1) -> test records."""
+"""JUnit XML (as pytest writes it with junit_family=xunit1) -> test records. The job wrote it: any shape is refused
+with a JUnitError (the job's failure), never an exception that would read as the service's."""
 
 from __future__ import annotations
 
+import math
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 from service.store import TestRecord
 
@@ -14,12 +15,23 @@ class JUnitError(ValueError):
     pass
 
 
-def parse_junit(path: Path) -> list[TestRecord]:
+MAX_TESTCASES = 200_000
+MAX_NODEID = 2000
+MAX_TEXT = 1_000_000  # a failure's text, per test (the store and pages cut it further)
+
+
+def parse_junit(data: bytes) -> list[TestRecord]:
+    # pytest never writes a DTD; one can only be there to expand entities (a "billion laughs").
+    if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
+        raise JUnitError("junit.xml declares a DTD, which pytest never writes")
     try:
-        root = ET.parse(path).getroot()
-    except (ET.ParseError, OSError) as exc:
-        raise JUnitError(f"cannot read {path.name}: {exc}") from exc
-    return [_record(case) for case in root.iter("testcase")]
+        root = ET.fromstring(data)
+        cases = list(root.iter("testcase"))
+        if len(cases) > MAX_TESTCASES:
+            raise JUnitError(f"junit.xml holds more than {MAX_TESTCASES} test cases")
+        return [_record(case) for case in cases]
+    except (ET.ParseError, ValueError, RecursionError) as exc:
+        raise JUnitError(f"junit.xml is not the JUnit XML pytest writes: {exc}") from exc
 
 
 def _nodeid(case: ET.Element) -> str:
@@ -39,21 +51,29 @@ def _record(case: ET.Element) -> TestRecord:
     for tag, result in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
         child = case.find(tag)
         if child is not None:
-            outcome, message, details = result, child.get("message", ""), (child.text or "")
+            outcome, message, details = result, child.get("message", "")[:MAX_TEXT], (child.text or "")[:MAX_TEXT]
             if child.get("type") == "pytest.xfail":  # an expected failure, not a skip (pytest's own summary agrees)
                 outcome = "xfailed"
             break
     line = case.get("line")
     target = next((p.get("value", "") for p in case.iter("property") if p.get("name") == TARGET_PROPERTY), "")
     return TestRecord(
-        nodeid=_nodeid(case),
+        nodeid=_nodeid(case)[:MAX_NODEID],
         outcome=outcome,
-        duration_s=float(case.get("time") or 0.0),
+        duration_s=_seconds(case.get("time")),
         message=message,
         details=details,
-        file=case.get("file", ""),
+        file=case.get("file", "")[:MAX_NODEID],
         # pytest writes the 0-based line of the test function's definition.
-        line=int(line) + 1 if line and line.isdigit() else None,
+        line=int(line) + 1 if line and line.isascii() and line.isdigit() and len(line) <= 9 else None,
         # Unchecked here: the pipeline keeps it only if it names a file of the checkout.
         repo_path=target,
     )
+
+
+def _seconds(raw: str | None) -> float:
+    try:
+        value = float(raw or 0.0)
+    except ValueError:
+        return 0.0
+    return value if math.isfinite(value) and value >= 0 else 0.0

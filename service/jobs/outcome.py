@@ -1,4 +1,9 @@
-"""Judging a finished attempt: the runner's result and the job's junit.xml into test records and an Outcome."""
+"""Judging a finished attempt: the runner's result and the job's junit.xml into test records and an Outcome.
+
+Everything read here is the job's own output, copied out by the runner (runners/outbox.py) into a directory the job
+never had, and still untrusted: read bounded, parsed defensively; a file that cannot be parsed is the job's failure
+("Invalid output"), never a crash of the judging that would read as an infrastructure error.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,9 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from runners.outbox import OutputReport
 from runners.protocol import RunResult
+from runners.untrusted_files import read_bounded
 from service.github.annotations import declared_target, locate_in_checkout
 from service.github.checks import count_outcomes, summary_line
 from service.jobs.junit import JUnitError, parse_junit
@@ -24,27 +31,53 @@ class Attempt:
     records: list[TestRecord] = field(default_factory=list)
     junit_problem: str | None = None
     environment: dict[str, object] = field(default_factory=dict)
+    output: OutputReport = field(default_factory=OutputReport)  # what the runner copied out, and what it refused
 
     @property
     def counts(self) -> dict[str, int]:
         return count_outcomes(r.outcome for r in self.records)
 
 
-def read_attempt(out: Path, roots: list[str], checkout: Path) -> Attempt:
+def read_attempt(out: Path, roots: list[str], checkout: Path, output: OutputReport | None = None) -> Attempt:
     """The junit records (with their compile metrics and where a failure sits in the repository's own files)."""
-    attempt = Attempt(environment=read_json(out / "environment.json"))
-    if (out / "junit.xml").exists():
+    attempt = Attempt(output=output or OutputReport())
+    attempt.environment = _environment(out, attempt.output)
+    refused = {name for name, _reason in attempt.output.problems}
+    if "junit.xml" in refused:
+        attempt.junit_problem = "junit.xml was not a regular file, so it was not read"
+        records: list[TestRecord] = []
+    elif (out / "junit.xml").exists():
         try:
-            records = parse_junit(out / "junit.xml")
-        except JUnitError as exc:
+            records = parse_junit(read_bounded(out, "junit.xml", MAX_JUNIT_BYTES))
+        except (JUnitError, OSError) as exc:
             attempt.junit_problem = str(exc)
             records = []
     else:
         # pytest writes junit.xml at the very end: a job killed for its memory, its time or a crash leaves none,
         # but the plugin wrote each finished test's metrics.json as it went.
         records = partial_records(out)
-    attempt.records = [_with_metrics(_located(r, roots, checkout), out) for r in records]
+    attempt.records = [_with_metrics(_located(r, roots, checkout), out, attempt.output) for r in records]
     return attempt
+
+
+# What the suites' plugin records of the job's environment (suites/plugin.py): only these keys, as short strings.
+ENVIRONMENT_KEYS = ("torch_version", "python_version", "device", "device_name", "cuda_version",
+                    "cuda_visible_devices", "device_uuid")
+
+
+def _short_text(value: object) -> bool:
+    return value is None or isinstance(value, str) and len(value) <= 120 and value.isprintable()
+
+
+def _environment(out: Path, output: OutputReport) -> dict[str, object]:
+    """environment.json, kept only as known keys with short printable values (they reach the check run)."""
+    if not (out / "environment.json").exists():
+        return {}
+    data = read_json(out / "environment.json")
+    kept = {key: data[key] for key in ENVIRONMENT_KEYS if key in data and _short_text(data[key])}
+    if not data or len(kept) != len([k for k in data if k in ENVIRONMENT_KEYS]):
+        output.refuse("environment.json", "not the JSON object of short strings the suites write")
+    return kept
 
 
 def partial_records(out: Path) -> list[TestRecord]:
@@ -62,7 +95,7 @@ def partial_records(out: Path) -> list[TestRecord]:
     return records
 
 
-def judge(result: RunResult, attempt: Attempt, cancel_reason: str = "") -> Outcome:
+def judge(result: RunResult, attempt: Attempt, cancel_reason: str = "", output_mb: int = 0) -> Outcome:
     """The outcomes a maintainer must be able to tell apart."""
     counts = attempt.counts
     torch = str(attempt.environment.get("torch_version", ""))
@@ -81,9 +114,24 @@ def judge(result: RunResult, attempt: Attempt, cancel_reason: str = "") -> Outco
     if result.oom:
         return outcome(Conclusion.FAILURE, "Out of memory",
                        f"The job was killed for exceeding its memory limit.{_before(counts)}")
+    if attempt.output.over_quota:
+        size = f"{output_mb} MB" if output_mb else "its quota"
+        return outcome(Conclusion.FAILURE, f"Output over {size}",
+                       f"The job wrote more than {size} (or too many files) to its output directory; writes past "
+                       f"that failed inside the job, and nothing else was affected. What fitted is on the job page."
+                       f"{_before(counts)}")
+    if attempt.output.problem_count:
+        n = attempt.output.problem_count
+        return outcome(Conclusion.FAILURE, "Invalid output",
+                       f"The job left {n} invalid artifact{'s' if n != 1 else ''} in its output directory (a link, "
+                       f"FIFO, socket or device, a name or file the service cannot take, or a file of the suites' "
+                       f"that it could not parse). None was opened; the job page lists them.{_before(counts)}")
     if result.exit_code == 5:
         return outcome(Conclusion.NEUTRAL, "No tests ran", "pytest collected no tests.")
-    if result.exit_code in (0, 1) and attempt.junit_problem is None:
+    if result.exit_code in (0, 1) and attempt.junit_problem is not None:
+        return outcome(Conclusion.FAILURE, "Invalid junit.xml",
+                       f"pytest ended, but its junit.xml could not be read: {attempt.junit_problem}.{_before(counts)}")
+    if result.exit_code in (0, 1):
         if result.exit_code == 0 and failed == 0:
             return outcome(Conclusion.SUCCESS, summary_line(counts))
         return outcome(Conclusion.FAILURE, summary_line(counts))
@@ -100,15 +148,24 @@ def _before(counts: dict[str, int]) -> str:
 
 
 def write_meta(out: Path, result: RunResult, runner: str, outcome: Outcome, attempt: Attempt) -> None:
-    meta = {"exit_code": result.exit_code, "duration_s": round(result.duration_s, 3), "runner": runner,
-            "timed_out": result.timed_out, "oom": result.oom, "infra_error": result.infra_error,
-            "conclusion": outcome.conclusion.value, **attempt.environment}
+    """The worker's record of the attempt (the job's own keys cannot override the worker's)."""
+    report = attempt.output
+    meta = {**attempt.environment, "exit_code": result.exit_code, "duration_s": round(result.duration_s, 3),
+            "runner": runner, "timed_out": result.timed_out, "oom": result.oom, "infra_error": result.infra_error,
+            "conclusion": outcome.conclusion.value,
+            "output": {"files": report.files, "bytes": report.bytes, "over_quota": report.over_quota,
+                       "problem_count": report.problem_count,
+                       "problems": [{"name": name, "reason": reason} for name, reason in report.problems]}}
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
 
 
-def _with_metrics(record: TestRecord, out: Path) -> TestRecord:
+def _with_metrics(record: TestRecord, out: Path, output: OutputReport) -> TestRecord:
     """The suite plugin's compile metrics of this test, kept in the store so pages need not read thousands of files."""
-    metrics = bounded_metrics(read_json(out / "tests" / sanitise_nodeid(record.nodeid) / "metrics.json"))
+    path = out / "tests" / sanitise_nodeid(record.nodeid) / "metrics.json"
+    loaded = read_json(path)
+    if not loaded and path.exists():  # the plugin writes it whole before the job ends: this one was tampered with
+        output.refuse(str(path.relative_to(out)), "not a JSON object the suites write, or over 256 KB")
+    metrics = bounded_metrics(loaded)
     if not metrics:
         return record
     # JUnit cannot tell an unexpected pass from a pass; the plugin's record can (only that relabelling is taken).
@@ -149,11 +206,13 @@ def bounded_metrics(data: dict[str, object]) -> dict[str, object]:
     return kept
 
 
+MAX_JUNIT_BYTES = 64 * 1024 * 1024
+
+
 def read_json(path: Path) -> dict[str, object]:
+    """A small JSON object the job wrote; {} when it is missing, too big, not JSON or not an object."""
     try:
-        if path.stat().st_size > MAX_JSON_BYTES:
-            return {}
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = json.loads(read_bounded(path.parent, path.name, MAX_JSON_BYTES))
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}

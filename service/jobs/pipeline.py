@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -84,8 +85,7 @@ class _Watch:
         return current is None or current.cancel_requested
 
     def _publish_progress(self) -> None:
-        data = read_json(self.out / "progress.json")
-        progress = (int(data.get("done", 0)), int(data.get("total", 0)), str(data.get("current", "")))  # type: ignore[call-overload]
+        progress = read_progress(self.out)
         if progress != self.progress and progress[1]:
             self.progress = progress
             if lifecycle.record_progress(self.ctx.store, self.job, *progress):
@@ -103,6 +103,7 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
     roots: list[str] = []
     try:
         try:
+            _enough_space(ctx.settings.artifacts_dir, ctx.settings.output_mb)
             mirror = ctx.fetch(run)
             # A base run runs its head's config at the base sha (service/jobs/base_runs.py).
             text = (run.config_text or None) if run.trigger == "base" else ctx.checkout.read_file(
@@ -149,23 +150,56 @@ def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: 
         command = install.wrap(command, ctx.runner.python, checkout, deps, config.install_package)
     return RunSpec(job_id=job.id, command=tuple(command), checkout_dir=checkout, output_dir=out,
                    timeout_s=job.timeout_s, device=job.device, env=env, cache=cache,
-                   suites_dir=ctx.suites_dir, deps_dir=deps)
+                   suites_dir=ctx.suites_dir, deps_dir=deps, output_mb=ctx.settings.output_mb)
+
+
+# Room the worker keeps on the artifacts volume beyond one job's quota (logs, meta, the next job's copy).
+SPARE_MB = 256
+
+
+def _enough_space(artifacts: Path, output_mb: int) -> None:
+    """A full artifacts volume is the service's problem, said as such (not a worker lost mid-copy, twice)."""
+    free_mb = shutil.disk_usage(artifacts).free // (1024 * 1024)
+    if free_mb < output_mb + SPARE_MB:
+        raise OSError(f"the artifacts volume has {free_mb} MB free; a job may need {output_mb} MB "
+                      f"(COMPILE_CI_OUTPUT_MB) + {SPARE_MB} MB: free space or lower the quota")
+
+
+def read_progress(out: Path) -> tuple[int, int, str]:
+    """(done, total, current test) from the job's progress.json: its values are the job's, checked for type."""
+    data = read_json(out / "progress.json")
+    done, total, current = data.get("done", 0), data.get("total", 0), data.get("current", "")
+
+    def count(value: object) -> int:
+        return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**9 else 0
+
+    return count(done), count(total), current[:500] if isinstance(current, str) else ""
+
+
+def artifact_index(out: Path) -> list[tuple[str, int]]:
+    """(path, size) of every file in the results directory: only regular files are there (runners/outbox.py)."""
+    found = []
+    for root, _dirs, files in os.walk(out):
+        for name in files:
+            info = os.lstat(os.path.join(root, name))
+            found.append((os.path.relpath(os.path.join(root, name), out), info.st_size))
+    return sorted(found)
 
 
 def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: list[str], checkout: Path) -> bool:
     if result.infra_error and lifecycle.retry_after_infra_error(ctx.store, job, result.infra_error):
         log.warning("job %s: infrastructure error, retrying once: %s", job.id, result.infra_error)
         return True
-    attempt = read_attempt(out, roots, checkout)
+    attempt = read_attempt(out, roots, checkout, result.output)
     current = ctx.store.get_job(job.id)
     # Why it was cancelled (a newer push, /cancel), set while it ran.
     outcome = install.judged(out, result, attempt) or judge(
-        result, attempt, current.detail if current is not None and current.cancel_requested else "")
+        result, attempt, current.detail if current is not None and current.cancel_requested else "",
+        ctx.settings.output_mb)
     write_meta(out, result, ctx.runner.name, outcome, attempt)
     job_finished(job, outcome.conclusion, result, attempt.records)
     ctx.store.replace_results(job.id, job.attempt, attempt.records)
-    files = sorted(p for p in out.rglob("*") if p.is_file())
-    ctx.store.replace_artifacts(job.id, job.attempt, [(str(p.relative_to(out)), p.stat().st_size) for p in files])
+    ctx.store.replace_artifacts(job.id, job.attempt, artifact_index(out))
     if lifecycle.complete(ctx.store, job, outcome) is None:
         log.warning("job %s attempt %d: no longer running; its result is kept but not reported", job.id, job.attempt)
     return False

@@ -1,7 +1,5 @@
 """JUnit XML from pytest -> test records with node ids, outcomes and locations."""
 
-from pathlib import Path
-
 import pytest
 
 from service.jobs.junit import JUnitError, parse_junit
@@ -21,10 +19,8 @@ AssertionError: outputs differ</failure></testcase>
 """
 
 
-def test_parses_outcomes_node_ids_and_lines(tmp_path: Path) -> None:
-    path = tmp_path / "junit.xml"
-    path.write_text(XML)
-    records = parse_junit(path)
+def test_parses_outcomes_node_ids_and_lines() -> None:
+    records = parse_junit(XML.encode())
     assert [(r.nodeid, r.outcome) for r in records] == [
         ("test_correctness.py::TestInference::test_mlp[cpu]", "passed"),
         ("test_correctness.py::test_declared_model[counting_scale]", "failed"),
@@ -38,8 +34,35 @@ def test_parses_outcomes_node_ids_and_lines(tmp_path: Path) -> None:
     assert failed.repo_path == "zoo/models.py:12"  # the declared target's definition, checked by the pipeline
 
 
-def test_truncated_xml_is_an_error_not_an_empty_result(tmp_path: Path) -> None:
-    path = tmp_path / "junit.xml"
-    path.write_text(XML[:300])
+def test_truncated_xml_is_an_error_not_an_empty_result() -> None:
     with pytest.raises(JUnitError):
-        parse_junit(path)
+        parse_junit(XML[:300].encode())
+
+
+# What a job could leave as its junit.xml: each is the job's failure (JUnitError), never another exception.
+HOSTILE = {
+    "entity expansion": '<?xml version="1.0"?><!DOCTYPE t [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;">]>'
+                        '<testsuite><testcase name="x">&b;</testcase></testsuite>',
+    "external entity": '<?xml version="1.0"?><!DOCTYPE t [<!ENTITY k SYSTEM "file:///etc/passwd">]>'
+                       '<testsuite><testcase name="&k;"/></testsuite>',
+    "not xml": "\x00\x01 binary junk",
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_hostile_junit_is_refused_as_the_jobs_problem(name: str) -> None:
+    with pytest.raises(JUnitError):
+        parse_junit(HOSTILE[name].encode())
+
+
+def test_deep_nesting_is_parsed_without_recursion() -> None:
+    assert parse_junit(("<a>" * 100_000 + "</a>" * 100_000).encode()) == []
+
+
+def test_odd_attributes_are_read_as_nothing_rather_than_crashing() -> None:
+    xml = ('<testsuite><testcase classname="m" name="t" time="NaN" line="²"/>'
+           '<testcase classname="m" name="u" time="soon" line="-4"/>'
+           '<testcase classname="m" name="v" time="-1e300" line="99999999999999999999"/></testsuite>')
+    records = parse_junit(xml.encode())
+    assert [(r.nodeid, r.duration_s, r.line) for r in records] == [("m::t", 0.0, None), ("m::u", 0.0, None),
+                                                                   ("m::v", 0.0, None)]
