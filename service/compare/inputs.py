@@ -6,6 +6,7 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
+from runners.untrusted_files import read_head
 from service.compare import codediff
 from service.compare.budgets import Budgets, parse_budgets
 from service.compare.judgement import BaseInfo, BaseStatus, Judgement, judge
@@ -68,12 +69,9 @@ def read_codes(directory: Path) -> list[str]:
     """A test's generated code files in graph order (output_code_0.py, output_code_1.py, ...)."""
     codes = []
     for index in range(MAX_CODE_FILES):
-        path = directory / f"output_code_{index}.py"
-        try:
-            if path.is_symlink() or not path.is_file():
-                break
-            size = path.stat().st_size
-            codes.append(path.read_text(errors="replace") if size <= MAX_CODE_BYTES else f"<{size} bytes>")
+        try:  # the job wrote them: a plain file or nothing (runners/untrusted_files.py)
+            raw, size = read_head(directory, f"output_code_{index}.py", MAX_CODE_BYTES)
         except OSError:
             break
+        codes.append(raw.decode(errors="replace") if size <= MAX_CODE_BYTES else f"<{size} bytes>")
     return codes

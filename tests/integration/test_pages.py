@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+
 import pytest
 from flask.testing import FlaskClient
 
@@ -83,3 +87,41 @@ def test_run_page_and_index(client: FlaskClient, job: Job) -> None:
     assert job.run_id in client.get("/").get_data(as_text=True)
 
 
+
+
+SECRET = "BEGIN RSA PRIVATE KEY: never on a page"
+
+
+def test_an_older_attempts_planted_links_and_fifos_are_never_followed(
+        client: FlaskClient, job: Job, settings: Settings, tmp_path: Path) -> None:
+    """Before issue 26 the job wrote straight into its attempt's directory: what such a job planted there (links to
+    the App's key, FIFOs) is still on disk for older attempts, and every page reads it as untrusted data."""
+    secret = tmp_path / "app-key.pem"
+    secret.write_text(SECRET)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "output_code_0.py").write_text(SECRET)
+    out = settings.artifacts_dir / job.run_id / job.id / "1"
+    test_dir = out / "tests" / sanitise_nodeid(EVIL)
+    (out / "log.txt").unlink()
+    (out / "log.txt").symlink_to(secret)
+    (out / "coverage.json").symlink_to(secret)
+    os.mkfifo(out / "meta.json")
+    for name in ("metrics.json", "output_code_0.py"):
+        (test_dir / name).unlink()
+        os.mkfifo(test_dir / name)
+    (test_dir / "repro.py").symlink_to(secret)
+    (out / "tests" / "linked").symlink_to(tmp_path / "elsewhere")
+    Store(settings.database_url).replace_artifacts(job.id, 1, [("log.txt", 10), ("meta.json", 1), (
+        f"tests/{sanitise_nodeid(EVIL)}/repro.py", 5), ("tests/linked/output_code_0.py", 5)])
+    base = f"/jobs/{job.id}"
+    paths = ["", "/log", "/log/search?q=BEGIN", "/log/live?offset=0", "/artifacts", "/download.zip",
+             "/files/log.txt", "/files/meta.json", "/files/coverage.json", f"/tests/{sanitise_nodeid(EVIL)}",
+             f"/files/tests/{sanitise_nodeid(EVIL)}/repro.py", "/tests/linked", "/files/tests/linked/output_code_0.py"]
+    started = time.monotonic()
+    responses = {path: client.get(base + path) for path in paths}
+    assert time.monotonic() - started < 20  # a FIFO blocks nobody
+    for path, response in responses.items():
+        assert response.status_code in (200, 404), (path, response.status_code)
+        assert SECRET.encode() not in response.data, path
+    for path in ("/log", "/files/log.txt", "/files/meta.json", "/tests/linked", "/files/tests/linked/output_code_0.py"):
+        assert responses[path].status_code == 404, path

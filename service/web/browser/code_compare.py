@@ -9,6 +9,7 @@ most MAX_DIFF_LINES lines, the page PAGE_DIFF_LINES. Pygments escapes everything
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import DiffLexer
 
+from runners.untrusted_files import is_regular, open_dir, read_head
 from service.compare import codediff
 from service.web.browser import base_lookup, ledger_view, queries
 from service.web.browser.attempts import load_attempt
@@ -48,15 +50,19 @@ def _graph_number(path: Path) -> int:
     return int(suffix) if suffix.isascii() and suffix.isdigit() and len(suffix) < 9 else 1 << 30
 
 
+def _names(folder: Path) -> list[str]:
+    try:
+        with open_dir(folder) as fd:
+            return os.listdir(fd)
+    except OSError:
+        return []
+
+
 def code_paths(folder: Path) -> list[Path]:
     """The test folder's `output_code_<n>.py` files in graph order: regular files only (a job can leave a link to
     /etc/passwd or a FIFO under that name), inside the folder, at most MAX_GRAPHS."""
-    root = folder.resolve()
-    found = []
-    for path in folder.glob(f"{CODE_PREFIX}*.py"):
-        if path.is_symlink() or not path.is_file() or path.resolve().parent != root:
-            continue
-        found.append(path)
+    found = [folder / name for name in _names(folder)
+             if name.startswith(CODE_PREFIX) and name.endswith(".py") and is_regular(folder, name)]
     return sorted(found, key=lambda p: (_graph_number(p), p.name))[:MAX_GRAPHS]
 
 
@@ -67,8 +73,7 @@ def read_codes(folder: Path | None) -> list[CodeFile]:
             codes.append(CodeFile(path.name, "", True, False, unread=True))
             continue
         try:
-            with open(path, "rb") as handle:
-                raw = handle.read(min(FILE_LIMIT, left) + 1)
+            raw, _size = read_head(path.parent, path.name, min(FILE_LIMIT, left) + 1)
         except OSError:
             continue
         kept = raw[:min(FILE_LIMIT, left)]

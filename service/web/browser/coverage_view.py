@@ -11,6 +11,8 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from runners.untrusted_files import read_bounded
+
 FILE_NAME = "coverage.json"
 MAX_BYTES = 2 * 1024 * 1024
 MAX_NAMES = 2000
@@ -25,12 +27,9 @@ def _names(value: Any) -> list[str]:
 
 def read_coverage(attempt_dir: Path) -> dict[str, Any] | None:
     """The validated figures of an attempt's coverage.json, or None when there is none worth showing."""
-    path = attempt_dir / FILE_NAME
     try:
-        if not path.is_file() or path.is_symlink() or path.stat().st_size > MAX_BYTES:
-            return None
-        loaded = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        loaded = json.loads(read_bounded(attempt_dir, FILE_NAME, MAX_BYTES))
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(loaded, dict):
         return None

@@ -9,13 +9,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from flask import Blueprint, Response, abort, render_template, send_from_directory
+from flask import Blueprint, Response, abort, render_template
 from markupsafe import Markup, escape
 
+from runners import untrusted_files
+from runners.untrusted_files import is_regular, read_bounded
 from service.web.browser import base_lookup, coverage_view, logs, metrics_view, queries
 from service.web.browser.attempts import AttemptView, load_attempt
 from service.web.browser.export import zip_chunks
-from service.web.browser.lookup import contained_file, wiring
+from service.web.browser.lookup import wiring
 from suites.naming import sanitise_nodeid
 
 blueprint = Blueprint("jobs", __name__)
@@ -96,12 +98,26 @@ def test_rows(job: AttemptView, directory: Path, compare: bool = False) -> list[
     return rows
 
 
+MAX_METRICS_BYTES = 256 * 1024  # the pipeline keeps no more of it either (service/jobs/outcome.py)
+
+
 def read_metrics(test_directory: Path) -> dict[str, Any]:
+    """A test's metrics.json, which the job wrote: a plain file of at most 256 KB, else nothing."""
     try:
-        loaded = json.loads((test_directory / "metrics.json").read_text())
-    except (OSError, ValueError):
+        loaded = json.loads(read_bounded(test_directory, "metrics.json", MAX_METRICS_BYTES))
+    except (OSError, ValueError, RecursionError):
         return {}
     return loaded if isinstance(loaded, dict) else {}
+
+
+def output_problems(directory: Path) -> tuple[list[dict[str, str]], int]:
+    """What the runner refused to copy out of the job's output (links, FIFOs, ...), from the worker's meta.json."""
+    try:
+        output = json.loads(read_bounded(directory, "meta.json", MAX_METRICS_BYTES)).get("output") or {}
+        problems = [p for p in output.get("problems", []) if isinstance(p, dict)]
+        return problems, int(output.get("problem_count") or len(problems))
+    except (OSError, ValueError, AttributeError, TypeError):
+        return [], 0
 
 
 def _tree(files: list[tuple[str, int]], per_test: bool) -> dict[str, Any]:
@@ -128,15 +144,18 @@ def job_page(job_id: str, number: int | None = None) -> str:
     base = base_lookup.base_of(wiring().store, wiring().settings.artifacts_dir, run, job.suite, job.device)
     log_path = directory / "log.txt"
     log_lines, log_offset, log_cut, pages = [], 0, False, 1
-    if job.ran and log_path.is_file():
+    has_log = job.ran and is_regular(directory, "log.txt")
+    if has_log:
         log_lines, log_offset, log_cut = logs.tail(log_path, TAIL_BYTES)
         pages = logs.page_count(log_path)
+    problems, problem_count = output_problems(directory) if job.ran else ([], 0)
     return render_template(
         "job.html", run=run, job=job, attempts=attempts, rows=rows, table=Markup("").join(row.html for row in rows),
         failing=[r for r in rows if r.failing], tree=_tree(files, False),
         test_dirs=sum(1 for r in rows if r.name), has_files=job.ran and directory.is_dir(),
         log_lines=log_lines, log_offset=log_offset, log_cut=log_cut, log_pages=pages,
-        has_log=job.ran and log_path.is_file(), shown_metrics=[metrics_view.label(m) for m in SHOWN_METRICS],
+        has_log=has_log, problems=problems, problem_count=problem_count,
+        shown_metrics=[metrics_view.label(m) for m in SHOWN_METRICS],
         lines_per_page=logs.LINES_PER_PAGE, base=base if compare else None,
         coverage=coverage_view.render_coverage(directory, job.base) if job.ran else Markup(""),
     )
@@ -156,10 +175,13 @@ def job_file(job_id: str, relative: str, number: int | None = None) -> Response:
     _run, job, directory, _attempts = load_attempt(job_id, number)
     if not job.ran:
         abort(404)
-    contained_file(directory, relative)
+    try:
+        size = untrusted_files.file_size_or_raise(directory, relative)
+    except (OSError, ValueError):  # missing, outside, or not a plain file (an older attempt's link or FIFO)
+        abort(404)
     # Served as text whatever the name (a runner could write .html); nosniff keeps browsers from guessing.
-    response = send_from_directory(directory, relative, mimetype="text/plain")
-    response.headers["X-Content-Type-Options"] = "nosniff"
+    response = Response(untrusted_files.iter_chunks(directory, relative), mimetype="text/plain",
+                        headers={"Content-Length": str(size), "X-Content-Type-Options": "nosniff"})
     return response
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from flask import Blueprint, Response, abort, jsonify, redirect, render_template, request
 
+from runners.untrusted_files import file_size, is_regular
 from service.web.browser import log_search, logs
 from service.web.browser.attempts import load_attempt
 from service.web.browser.lookup import number_arg
@@ -47,7 +48,7 @@ def sections(lines: list[logs.LogLine]) -> list[Section]:
 def log_page(job_id: str, number: int | None = None) -> Response | str:
     run, job, directory, _attempts = load_attempt(job_id, number)
     path = directory / "log.txt"
-    if not job.ran or not path.is_file():
+    if not job.ran or not is_regular(directory, "log.txt"):
         abort(404)
     pages = logs.page_count(path)
     wanted = LINE_OR_RANGE.match(request.args.get("line", ""))
@@ -67,7 +68,7 @@ def log_page(job_id: str, number: int | None = None) -> Response | str:
 def log_search_page(job_id: str, number: int | None = None) -> str:
     run, job, directory, _attempts = load_attempt(job_id, number)
     path = directory / "log.txt"
-    if not job.ran or not path.is_file():
+    if not job.ran or not is_regular(directory, "log.txt"):
         abort(404)
     query = request.args.get("q", "")[:log_search.MAX_QUERY_CHARS]
     found = log_search.search(path, query) if query.strip() else None
@@ -82,8 +83,8 @@ def log_live(job_id: str) -> Response:
     path = directory / "log.txt"
     offset = number_arg(request.args.get("offset"), 0)
     finished = job.state == "completed"
-    exists = job.ran and path.is_file()
-    lines, next_offset = logs.chunk_from(path, offset, LIVE_CHUNK_BYTES, finished) if exists else ([], 0)
+    size = file_size(directory, "log.txt") if job.ran else None
+    lines, next_offset = logs.chunk_from(path, offset, LIVE_CHUNK_BYTES, finished) if size is not None else ([], 0)
     html = render_template("log_lines.html", lines=lines, line_base=f"/jobs/{job.id}/log?line=")
-    more = next_offset < path.stat().st_size if exists else False
+    more = next_offset < size if size is not None else False
     return jsonify(html=html, offset=next_offset, state=job.state, conclusion=job.conclusion, more=more)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from runners.untrusted_files import open_file
 from service.web.browser import logs
 from service.web.browser.logs import LogLine, render
 
@@ -35,7 +36,7 @@ def search(path: Path, query: str) -> Found:
     hits: list[tuple[int, bytes]] = []
     deadline = time.monotonic() + MAX_SECONDS
     block_size, overlap = logs.BLOCK, len(needle) - 1  # a hit may straddle two blocks
-    with open(path, "rb") as handle:
+    with open_file(path.parent, path.name) as handle:
         for number in range(-(-index.size // block_size)):
             first = number * block_size
             handle.seek(first)

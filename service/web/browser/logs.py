@@ -15,6 +15,7 @@ from pathlib import Path
 
 from markupsafe import Markup
 
+from runners.untrusted_files import open_file
 from service.web.browser.ansi import AnsiState, line_to_html
 
 BLOCK = 1 << 20
@@ -43,7 +44,8 @@ _cache_lock = threading.Lock()
 
 
 def line_index(path: Path) -> LineIndex:
-    stat = os.stat(path)
+    with open_file(path.parent, path.name) as handle:  # the job's file in older attempts: never a link or FIFO
+        stat = os.fstat(handle.fileno())
     key = str(path)
     with _cache_lock:
         known = _cache.get(key)
@@ -63,7 +65,7 @@ def _extend(path: Path, index: LineIndex, size: int) -> LineIndex:
     before = list(index.newlines_before)
     start = (len(before) - 1) * BLOCK  # re-count the partial last block, then whole new blocks
     last = 0
-    with open(path, "rb") as handle:
+    with open_file(path.parent, path.name) as handle:
         handle.seek(start)
         while start < size:
             chunk = handle.read(min(BLOCK, size - start))
@@ -83,7 +85,7 @@ def total_lines(path: Path) -> int:
     index = line_index(path)
     if index.size == 0:
         return 0
-    with open(path, "rb") as handle:
+    with open_file(path.parent, path.name) as handle:
         handle.seek(index.size - 1)
         ends_with_newline = handle.read(1) == b"\n"
     return index.newlines + (0 if ends_with_newline else 1)
@@ -97,7 +99,7 @@ def offset_of_line(path: Path, line: int) -> int:
     if line > index.newlines:
         return index.size
     block = bisect_right(index.newlines_before, line - 1) - 1  # the block holding the line-th newline
-    with open(path, "rb") as handle:
+    with open_file(path.parent, path.name) as handle:
         handle.seek(block * BLOCK)
         chunk = handle.read(BLOCK)
     position, remaining = -1, line - index.newlines_before[block]
@@ -109,7 +111,7 @@ def offset_of_line(path: Path, line: int) -> int:
 def lines_before(path: Path, offset: int) -> int:
     index = line_index(path)
     block = min(offset // BLOCK, len(index.newlines_before) - 1)
-    with open(path, "rb") as handle:
+    with open_file(path.parent, path.name) as handle:
         handle.seek(block * BLOCK)
         counted = handle.read(offset - block * BLOCK).count(b"\n")
     return index.newlines_before[block] + counted
@@ -136,7 +138,7 @@ def page(path: Path, number: int) -> list[LogLine]:
     """Lines of 1-based page `number` (LINES_PER_PAGE per page)."""
     first = (number - 1) * LINES_PER_PAGE
     start = offset_of_line(path, first)
-    with open(path, "rb") as handle:
+    with open_file(path.parent, path.name) as handle:
         handle.seek(start)
         data = handle.read(MAX_PAGE_BYTES)
     lines = data.splitlines(keepends=True)[:LINES_PER_PAGE]
@@ -152,7 +154,7 @@ def tail(path: Path, max_bytes: int) -> tuple[list[LogLine], int, bool]:
     the lines shown start after the beginning of the log."""
     size = line_index(path).size
     start = max(0, size - max_bytes)
-    with open(path, "rb") as handle:
+    with open_file(path.parent, path.name) as handle:
         handle.seek(start)
         data = handle.read(size - start)
     if start > 0:  # drop the partial first line
@@ -163,9 +165,9 @@ def tail(path: Path, max_bytes: int) -> tuple[list[LogLine], int, bool]:
 
 def chunk_from(path: Path, offset: int, max_bytes: int, final: bool) -> tuple[list[LogLine], int]:
     """Complete lines written at or after `offset` (a partial last line too once the job finished)."""
-    size = os.stat(path).st_size
+    size = line_index(path).size
     offset = min(max(0, offset), size)
-    with open(path, "rb") as handle:
+    with open_file(path.parent, path.name) as handle:
         handle.seek(offset)
         data = handle.read(min(max_bytes, size - offset))
     if not (final and offset + len(data) == size):

@@ -10,6 +10,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
+from runners.untrusted_files import read_head
 from service.store import Run
 from service.web.browser import base_lookup, charts, metrics_view, queries
 from service.web.browser.attempts import AttemptView, load_attempt
@@ -23,9 +24,8 @@ CODE_INLINE_LIMIT = 128 * 1024  # highlighted HTML is ~10x the source
 
 
 def _highlighted(path: Path, formatter: HtmlFormatter) -> tuple[Markup, bool]:
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        shown = handle.read(CODE_INLINE_LIMIT + 1)
-    cut = len(shown) > CODE_INLINE_LIMIT
+    raw, size = read_head(path.parent, path.name, CODE_INLINE_LIMIT)
+    shown, cut = raw.decode("utf-8", errors="replace"), size > CODE_INLINE_LIMIT
     # Pygments escapes the source; the Markup only marks its (safe) HTML output.
     return Markup(highlight(shown[:CODE_INLINE_LIMIT], PythonLexer(), formatter)), cut
 
@@ -46,6 +46,13 @@ def _history_chart(run: Run, job: AttemptView, nodeid: str) -> tuple[Markup, int
                                 own_label=own), len(points)
 
 
+def _repro(folder: Path) -> str:
+    try:
+        return read_head(folder, "repro.py", CODE_INLINE_LIMIT)[0].decode("utf-8", errors="replace")
+    except OSError:  # none, or not a plain file (the job wrote it)
+        return ""
+
+
 @blueprint.get("/jobs/<job_id>/tests/<name>")
 @blueprint.get("/jobs/<job_id>/attempts/<int:number>/tests/<name>")
 def test_page(job_id: str, name: str, number: int | None = None) -> str:
@@ -57,8 +64,7 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
     failure = (result.details or result.message) if result and outcome in ("failed", "error") else ""
     formatter = HtmlFormatter(linenos="table", cssclass="code")
     codes = [(path.name, *_highlighted(path, formatter)) for path in code_paths(folder)]
-    repro_path = folder / "repro.py"
-    repro = repro_path.read_text(errors="replace")[:CODE_INLINE_LIMIT] if repro_path.is_file() else ""
+    repro = _repro(folder)
     chart, points = _history_chart(run, job, nodeid)
     return render_template("test.html", run=run, job=job, name=name, nodeid=nodeid, codes=codes, outcome=outcome,
                            metrics=metrics_view.rows({k: v for k, v in metrics.items() if k != "outcome"}),
