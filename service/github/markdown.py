@@ -57,11 +57,12 @@ def code_block(text: str, *, limit: int | None = None) -> str:
 def plain(text: str, *, inline: bool = False) -> str:
     """Prose that cannot be code, shown as the same characters but inert: no markup, HTML, link or ping.
 
-    `inline` folds the lines into one (for a list item or a table cell, where `|` is escaped too).
+    `inline` folds the lines into one, for text placed inside a line (a list item after its bullet, a table cell:
+    `|` is escaped everywhere).
     """
     lines = clean(text).split("\n")
     if inline:
-        lines = [" ".join(line.strip() for line in lines)]
+        return _escaped(" ".join(line.strip() for line in lines))
     return "\n".join(_line_start(_escaped(line.lstrip())) for line in lines)
 
 
