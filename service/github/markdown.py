@@ -13,16 +13,16 @@ JOINER = "\u200d"
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff"
                       "\ud800-\udfff]")
 _TOKENS = re.compile(
-    r"@(?=[A-Za-z0-9_-])"  # @user, @org/team, user@sha, and the `@` of an e-mail autolink
+    r"@"  # @user, @org/team, user@sha, and every `@` an e-mail autolink could be built around
     r"|#(?=\d)"  # #12 and owner/repo#12
-    r"|(?i:\bgh-)(?=\d)"  # GH-12
+    r"|(?i:gh-)(?=\d)"  # GH-12
     r"|:(?=//)"  # scheme:// of a bare URL
-    r"|(?i:\bwww)(?=\.)"  # www. autolinks
+    r"|(?i:www)(?=\.)"  # www. autolinks (also after `_` or `*`, which GitHub allows before them)
     r"|:(?=[a-z0-9_+-]+:)"  # :emoji:
 )
 # Everything that opens Markdown or HTML inline; `_` only where it could emphasise (never inside a word).
 _INLINE = re.compile(r"[\\`*~\[\]<>&|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-_LINE_START = re.compile(r"[#+=-]|\d+[.)]")  # headings, list items, setext underlines
+_LINE_START = re.compile(r"[#+=-]|(?=\d{1,9}[.)])")  # headings, bullets, setext underlines; ordered items below
 _RUN = re.compile(r"`+")
 _FENCE_OPEN = re.compile(r" {0,3}(`{3,})[^`]*")
 
@@ -40,18 +40,18 @@ def code_span(text: str, *, table: bool = False, limit: int | None = None) -> st
     """
     body = " ".join(clean(text).split("\n"))[:limit]
     fence = "`" * (max((len(run) for run in _RUN.findall(body)), default=0) + 1)
-    if not body or body[0] in "` " or body[-1] in "` ":
+    if body.strip(" ") and (body[0] in "` " or body[-1] in "` "):
         body = f" {body} "  # CommonMark strips one space each side: a backtick at either end stays content
     if table:
         body = body.replace("|", "\\|")
-    return f"{fence}{body}{fence}"
+    return f"{fence}{body or ' '}{fence}"
 
 
 def code_block(text: str, *, limit: int | None = None) -> str:
     """`text` as a fenced code block that no line of it can close: the fence outruns every backtick run inside."""
     body = clean(text)[:limit].strip("\n")
     fence = "`" * max(3, max((len(run) for run in _RUN.findall(body)), default=0) + 1)
-    return f"{fence}\n{body}\n{fence}"
+    return f"{fence}\n{body}\n{fence}" if body else f"{fence}\n{fence}"
 
 
 def plain(text: str, *, inline: bool = False) -> str:
@@ -137,7 +137,13 @@ def _escaped(text: str) -> str:
 
 
 def _line_start(line: str) -> str:
-    return "\\" + line if _LINE_START.match(line) else line
+    start = _LINE_START.match(line)
+    if start is None:
+        return line
+    if start[0]:
+        return "\\" + line
+    digits = len(line) - len(line.lstrip("0123456789"))  # `1.` and `1)` start a list: their delimiter is escaped
+    return f"{line[:digits]}\\{line[digits:]}"
 
 
 def _with_spans(line: str) -> str:
