@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from service.compare.judgement import BaseStatus, Judgement
 from service.compare.verdicts import Verdict
+from service.github.markdown import code_span, link, plain
 
 MARKER = "<!-- compile-ci: the head's check runs against the base -->"
 MAX_LINES = 15  # per list
@@ -28,8 +29,8 @@ def worth_a_comment(checks: list[CheckSummary]) -> bool:
 
 
 def render_comment(head_sha: str, base_sha: str | None, checks: list[CheckSummary]) -> str:
-    against = f" against its base `{base_sha[:12]}`" if base_sha else ""
-    lines = [MARKER, f"### compile-ci: `{head_sha[:12]}`{against}", "",
+    against = f" against its base {code_span(base_sha[:12])}" if base_sha else ""
+    lines = [MARKER, f"### compile-ci: {code_span(head_sha[:12])}{against}", "",
              "| check | conclusion | new failures | failing at base | flaky | budget violations | code changed |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for c in checks:
@@ -37,8 +38,10 @@ def render_comment(head_sha: str, base_sha: str | None, checks: list[CheckSummar
         figures = [len(j.of(Verdict.NEW_FAILURE)), len(j.of(Verdict.FAILING_AT_BASE)), len(j.of(Verdict.FLAKY)),
                    len(j.violations), len(j.code_changed)] if j else ["–"] * 5
         icon = ICONS.get(c.conclusion, "")
-        lines.append(f"| [{c.name}]({c.url}) | {icon} {c.conclusion} | " + " | ".join(map(str, figures)) + " |")
-    pending = [c.name for c in checks if c.judgement is not None and c.judgement.base.status != BaseStatus.READY]
+        lines.append(f"| {link(plain(c.name, inline=True), c.url)} | {icon} {c.conclusion} | "
+                     + " | ".join(map(str, figures)) + " |")
+    pending = [plain(c.name, inline=True) for c in checks
+               if c.judgement is not None and c.judgement.base.status != BaseStatus.READY]
     if pending:
         lines += ["", f"Not compared with the base (still running or no usable result): {', '.join(pending)}. "
                       "This comment is updated when it finishes."]
@@ -61,8 +64,10 @@ def _section(title: str, checks: list[CheckSummary],
         return []
     lines = ["", f"**{title}** ({len(entries)})", ""]
     for c, nodeid, said in entries[:MAX_LINES]:
-        text = said.replace("\n", " ")[:300]
-        lines.append(f"- {c.name}: [`{nodeid}`]({c.test_url(nodeid)})" + (f" — {text}" if text else ""))
+        # What is said is ours around the job's words (dynamo's reasons): prose, with the job's words made inert.
+        text = plain(said[:300], inline=True)
+        lines.append(f"- {plain(c.name, inline=True)}: {link(code_span(nodeid, limit=400), c.test_url(nodeid))}"
+                     + (f" — {text}" if text else ""))
     if len(entries) > MAX_LINES:
         lines.append(f"- … and {len(entries) - MAX_LINES} more")
     return lines

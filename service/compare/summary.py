@@ -7,6 +7,8 @@ from typing import Any
 
 from service.compare.judgement import BaseInfo, BaseStatus, Delta, Judgement, TestJudgement
 from service.compare.verdicts import Verdict
+from service.github.annotations import annotation
+from service.github.markdown import code_span, link, plain
 
 MAX_LISTED = 20
 MAX_DELTAS = 10
@@ -15,15 +17,16 @@ FIGURE_NAMES = {"graph_breaks": "graph breaks", "recompiles": "recompiles", "com
 
 
 def base_line(info: BaseInfo) -> str:
-    where = f"`{info.sha[:12]}` ({info.kind}{f', [job]({info.url})' if info.url else ''})" if info.sha else ""
+    job = f", {link('job', info.url)}" if info.url else ""
+    where = f"{code_span(info.sha[:12])} ({info.kind}{job})" if info.sha else ""
     if info.status == BaseStatus.READY:
         return f"Compared with the base {where}."
     if info.status == BaseStatus.PENDING:
         return (f"The base {where} is still running: this check is judged as without a base for now and is "
                 "updated when the base finishes.")
     if info.status == BaseStatus.BROKEN:
-        return (f"The base {where} ended without test results ({info.reason or 'no results'}): judged as without "
-                "a base.")
+        return (f"The base {where} ended without test results ({plain(info.reason or 'no results', inline=True)}): "
+                "judged as without a base.")
     return "No base result for this job: judged as without a base."
 
 
@@ -42,12 +45,12 @@ def render_section(judgement: Judgement, test_url: Callable[[str], str]) -> str:
         lines += _listed(title, judgement.of(verdict), test_url)
     if judgement.violations:
         lines += ["", "**Budget violations** (`[budgets]` in .compile-ci.toml)", ""]
-        lines += [f"- [`{v.nodeid}`]({test_url(v.nodeid)}): {_cell(v.describe())}"
+        lines += [f"- {_test_link(v.nodeid, test_url)}: {_said(v.describe())}"
                   for v in judgement.violations[:MAX_LISTED]]
     changed = judgement.code_changed
     if changed:
         lines += ["", f"**Generated code changed in {len(changed)} test{'s' if len(changed) != 1 else ''}**", ""]
-        lines += [f"- [`{t.nodeid}`]({test_url(t.nodeid)})" for t in changed[:MAX_LISTED]]
+        lines += [f"- {_test_link(t.nodeid, test_url)}" for t in changed[:MAX_LISTED]]
         lines += _more(len(changed))
     if judgement.deltas:
         lines += ["", "**Biggest compile-ledger changes**", "", "| test | figure | base | head |",
@@ -61,8 +64,9 @@ def _listed(title: str, tests: list[TestJudgement], test_url: Callable[[str], st
         return []
     lines = ["", f"**{title}**", ""]
     for t in tests[:MAX_LISTED]:
-        said = t.detail or _first_line(t.message)
-        lines.append(f"- [`{t.nodeid}`]({test_url(t.nodeid)})" + (f": {_cell(said)}" if said else ""))
+        # The detail is ours around the job's words (dynamo's reasons): prose; the job's own message is code.
+        said = _said(t.detail) if t.detail else code_span(_first_line(t.message), limit=400) if t.message else ""
+        lines.append(f"- {_test_link(t.nodeid, test_url)}" + (f": {said}" if said else ""))
     return lines + _more(len(tests))
 
 
@@ -72,7 +76,8 @@ def _more(n: int) -> list[str]:
 
 def _delta_row(d: Delta) -> str:
     fmt = "{:.3f}" if d.figure == "compile_time_s" else "{:g}"
-    return (f"| `{_cell(d.nodeid)}` | {FIGURE_NAMES[d.figure]} | {fmt.format(d.base)} | {fmt.format(d.head)} |")
+    return (f"| {code_span(d.nodeid, table=True, limit=400)} | {FIGURE_NAMES[d.figure]} | {fmt.format(d.base)} "
+            f"| {fmt.format(d.head)} |")
 
 
 def _first_line(message: str) -> str:
@@ -80,8 +85,12 @@ def _first_line(message: str) -> str:
     return lines[0] if lines else ""
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")[:400]
+def _said(text: str) -> str:
+    return plain(text[:400], inline=True)
+
+
+def _test_link(nodeid: str, test_url: Callable[[str], str]) -> str:
+    return link(code_span(nodeid, limit=400), test_url(nodeid))
 
 
 def annotation_level(verdict: Verdict) -> str:
@@ -97,7 +106,6 @@ def violation_annotations(judgement: Judgement, locate: Callable[[str], tuple[st
     notes = []
     for v in judgement.violations:
         path, line = locate(v.nodeid)
-        notes.append({"path": path, "start_line": line or 1, "end_line": line or 1, "annotation_level": "failure",
-                      "title": f"{check_name}: budget exceeded ({FIGURE_NAMES[v.figure]})"[:255],
-                      "message": f"{v.nodeid}: {v.describe()}"[:60_000]})
+        notes.append(annotation(path, line, f"{check_name}: budget exceeded ({FIGURE_NAMES[v.figure]})",
+                                f"{v.nodeid}: {v.describe()}"))
     return notes

@@ -6,9 +6,13 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from service.github.markdown import clean, clip, plain_title
+
 MAX_PER_REQUEST = 50  # GitHub: "a maximum of 50 per API request"; more go in later PATCHes, which append
 MAX_ANNOTATIONS = 250  # beyond this the summary and the job page say it better than 250 red markers
-_MESSAGE_LIMIT = 60_000  # GitHub: message "The maximum size is 64 KB"
+# GitHub: message and raw_details "The maximum size is 64 KB", counted in bytes; title at most 255 characters.
+MESSAGE_BYTES = 64_000
+TITLE_LIMIT = 255
 # pytest's long tracebacks name each frame as `path/to/file.py:LINE: ...` at the start of a line; Python's own
 # (inside a failure's text) as `File "path", line N`.
 _PYTEST_FRAME = re.compile(r"^(?P<path>[^\s:][^:\n]*\.py):(?P<line>\d+):", re.MULTILINE)
@@ -51,9 +55,12 @@ def _relative(path: str, roots: Sequence[str], exists: Callable[[str], bool]) ->
     return clean if not clean.startswith("..") and "site-packages" not in clean and exists(clean) else None
 
 
-def annotation(path: str, line: int | None, title: str, message: str, raw_details: str,
+def annotation(path: str, line: int | None, title: str, message: str, raw_details: str = "",
                level: str = "failure") -> dict[str, Any]:
+    """GitHub shows an annotation's title, message and details as plain text, not Markdown: nothing is escaped
+    (a backslash would be shown), only control characters are dropped and each field is cut to GitHub's limit."""
     line = line or 1
-    return {"path": path, "start_line": line, "end_line": line, "annotation_level": level,
-            "title": title[:255], "message": message[:_MESSAGE_LIMIT] or "failed",
-            "raw_details": raw_details[:_MESSAGE_LIMIT]}
+    note = {"path": clip(clean(path), 1000), "start_line": line, "end_line": line, "annotation_level": level,
+            "title": plain_title(title, TITLE_LIMIT), "message": clip(clean(message), MESSAGE_BYTES) or "failed"}
+    details = clip(clean(raw_details), MESSAGE_BYTES)
+    return note | ({"raw_details": details} if details else {})

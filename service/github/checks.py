@@ -12,10 +12,13 @@ from service.compare.judgement import BaseStatus, Judgement, judged_conclusion
 from service.compare.summary import annotation_level, render_section, violation_annotations
 from service.compare.verdicts import Verdict
 from service.github.annotations import MAX_ANNOTATIONS, annotation
+from service.github.markdown import code_block, code_span, fit, inert_markdown, plain, plain_title
 from service.store import APPROVAL_SUITE, Job, Run, TestResult
 from suites.naming import sanitise_nodeid
 
-MAX_TEXT = 65_535
+MAX_TEXT = 65_535  # GitHub: summary and text "exceed a maximum bytesize of 65535" (bytes, not characters)
+MAX_DETAIL = 20_000  # a job's detail (pip's lines, a config's problems) leaves room for the results below it
+MAX_DETAILS = 8_000  # per failing test in the text
 MAX_LISTED_FAILURES = 20
 RERUN_ACTION = {"label": "Re-run", "description": "Run this job again", "identifier": "rerun"}
 RERUN_CONCLUSIONS = ("failure", "timed_out", "cancelled")
@@ -52,11 +55,8 @@ class CheckRunView:
 
 
 def truncate(text: str, limit: int, link: str) -> str:
-    """Cut `text` to fit `limit` characters, ending with a pointer to the full version."""
-    if len(text) <= limit:
-        return text
-    tail = f"\n\n… truncated; the full text is at {link}"
-    return text[: limit - len(tail)] + tail
+    """Cut Markdown `text` to fit `limit` bytes, leaving no code open, ending with a pointer to the full version."""
+    return fit(text, limit, f"\n\n… truncated; the full text is at {link}")
 
 
 def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url: str,
@@ -64,20 +64,21 @@ def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url:
     base = {"name": job.check_name, "head_sha": run.head_sha, "external_id": job.external_id,
             "details_url": job_url}
     if job.state == "queued":
-        title = job.title or "Queued"
-        return CheckRunView(status="queued", title=title, summary=f"Waiting for a {job.device} runner.", **base)
+        return CheckRunView(status="queued", title=plain_title(job.title or "Queued"),
+                            summary=f"Waiting for a {job.device} runner.", **base)
     if job.state == "running":
         return CheckRunView(status="in_progress", title=_progress_title(job), summary=_progress(job, job_url),
                             **base)
     if job.suite == APPROVAL_SUITE:
-        return CheckRunView(status="completed", conclusion=job.conclusion or "action_required", title=job.title,
-                            summary=job.detail, **base)
+        return CheckRunView(status="completed", conclusion=job.conclusion or "action_required",
+                            title=plain_title(job.title),
+                            summary=truncate(inert_markdown(job.detail), MAX_TEXT, job_url), **base)
     failures = [r for r in results if r.outcome in ("failed", "error")]
     summary = _summary(job, failures, job_url)
     verdicts = {t.nodeid: t.verdict for t in judgement.tests} if judgement is not None else {}
     if judgement is not None:
         summary = summary + "\n" + render_section(judgement, lambda nodeid: test_url(job_url, nodeid))
-    text = truncate(_failure_text(failures), MAX_TEXT - 1, job_url + "/log")
+    text = truncate(_failure_text(failures), MAX_TEXT, job_url + "/log")
     conclusion = check_conclusion(job, judgement)
     notes = [_annotation(job, r, annotation_level(verdicts.get(r.nodeid, Verdict.FAILED))) for r in failures]
     if judgement is not None and judgement.base.status == BaseStatus.READY:
@@ -85,8 +86,9 @@ def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url:
         notes += [_annotation(job, r, "notice") for r in results if verdicts.get(r.nodeid) == Verdict.FLAKY]
         notes += violation_annotations(judgement, lambda n: located.get(n, (n.split("::")[0], None)), job.check_name)
     return CheckRunView(
-        status="completed", conclusion=conclusion, title=(job.title or _title(job)) + _judged_title(judgement),
-        summary=truncate(summary, MAX_TEXT - 1, job_url), text=text, **base,
+        status="completed", conclusion=conclusion,
+        title=plain_title((job.title or _title(job)) + _judged_title(judgement)),
+        summary=truncate(summary, MAX_TEXT, job_url), text=text, **base,
         annotations=notes[:MAX_ANNOTATIONS],
         actions=[RERUN_ACTION] if conclusion in RERUN_CONCLUSIONS else [],
     )
@@ -125,7 +127,7 @@ def _progress(job: Job, job_url: str) -> str:
     if job.progress_total:
         lines.append(f"{job.progress_done} of {job.progress_total} tests done.")
     if job.progress_current:
-        lines.append(f"Now running `{job.progress_current[:300]}`.")
+        lines.append(f"Now running {code_span(job.progress_current, limit=300)}.")
     lines.append(f"[Live log]({job_url})")
     return "\n\n".join(lines)
 
@@ -169,17 +171,19 @@ def summary_line(counts: dict[str, int]) -> str:
 def _summary(job: Job, failures: Sequence[TestResult], job_url: str) -> str:
     duration = f"{job.duration_s:.1f} s" if job.duration_s is not None else "–"
     lines = []
-    if job.detail:
-        lines += [job.detail, ""]
+    if job.detail:  # our words around the job's (pip's lines, a config's values): code kept as code, the rest plain
+        lines += [truncate(inert_markdown(job.detail), MAX_DETAIL, job_url), ""]
     lines += [
         "| suite | device | passed | failed | errors | skipped | xfailed | xpassed | duration | torch | runner |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
         f"| {job.suite} | {job.device} | {job.passed} | {job.failed} | {job.errors} | {job.skipped} "
-        f"| {job.xfailed or 0} | {job.xpassed or 0} | {duration} | {job.torch_version or '–'} | {job.runner or '–'} |",
+        f"| {job.xfailed or 0} | {job.xpassed or 0} | {duration} | {plain(job.torch_version or '–', inline=True)} "
+        f"| {plain(job.runner or '–', inline=True)} |",
     ]
     if failures:
         lines += ["", "**Failing tests**", ""]
-        lines += [f"- `{r.nodeid}`: {_first_line(r.message)}" for r in failures[:MAX_LISTED_FAILURES]]
+        lines += [f"- {code_span(r.nodeid, limit=500)}: {code_span(_first_line(r.message))}"
+                  for r in failures[:MAX_LISTED_FAILURES]]
         if len(failures) > MAX_LISTED_FAILURES:
             lines.append(f"- … and {len(failures) - MAX_LISTED_FAILURES} more")
     lines += ["", f"[Log, test results and generated code]({job_url})"]
@@ -187,7 +191,8 @@ def _summary(job: Job, failures: Sequence[TestResult], job_url: str) -> str:
 
 
 def _failure_text(failures: Sequence[TestResult]) -> str:
-    blocks = [f"### {r.nodeid}\n\n```\n{(r.details or r.message).strip()[:8000]}\n```" for r in failures]
+    blocks = [f"### {code_span(r.nodeid, limit=500)}\n\n{code_block(r.details or r.message, limit=MAX_DETAILS)}"
+              for r in failures]
     return "\n\n".join(blocks)
 
 
@@ -197,4 +202,4 @@ def _first_line(message: str) -> str:
     line = lines[0] if lines else "failed"
     if line.endswith(":") and len(lines) > 1:
         line = f"{line} {lines[1].removeprefix('E ').strip()}"
-    return line[:200].replace("|", "\\|")
+    return line[:200]

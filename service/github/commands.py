@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
+from service.github.markdown import code_span
 from service.repo_config import DEVICES
 
 GRAMMAR = """\
@@ -69,13 +70,13 @@ def _parse(verb: str, args: list[str], line: str) -> Command | Invalid:
         return Invalid(line, "`/rerun` takes at most two words")
     first, device = args[0], args[1] if len(args) == 2 else None
     if device is not None and device not in DEVICES:
-        return Invalid(line, f"`{device}` is not a device (cpu or cuda)")
+        return Invalid(line, f"{code_span(device, limit=100)} is not a device (cpu or cuda)")
     if first == "failed":
         return Command(verb, line, failed_only=True, device=device)
     if first in DEVICES:
         return Command(verb, line, device=first) if device is None else Invalid(line, "name one device")
     if not _SUITE.match(first):
-        return Invalid(line, f"`{first}` is not a suite name")
+        return Invalid(line, f"{code_span(first, limit=100)} is not a suite name")
     return Command(verb, line, suite=first, device=device)
 
 

@@ -12,10 +12,12 @@ from service.compare.inputs import NULL_SHA, config_table, judge_job
 from service.config import Settings
 from service.github.api import GitHubApp, GoneError
 from service.github.checks import check_conclusion, test_url
+from service.github.markdown import fit
 from service.store import APPROVAL_SUITE, Run, Store
 
 log = logging.getLogger(__name__)
-MAX_BODY = 65_000  # GitHub refuses comments over 65,536 characters
+MAX_BODY = 65_000  # GitHub refuses comments over 65,536 characters (counted here in bytes, which is never fewer)
+CUT = "\n\n… cut to fit GitHub's limit on a comment: every check run lists all of its tests."
 
 
 class Commenter(Protocol):
@@ -49,7 +51,7 @@ def update_sticky_comment(ctx: Commenter, run: Run) -> None:
             url = ctx.job_url(job.id)
             checks.append(CheckSummary(job.check_name, check_conclusion(job, judgement), url, judgement,
                                        lambda nodeid, url=url: test_url(url, nodeid)))
-        body = render_comment(run.head_sha, run.base_sha, checks)[:MAX_BODY]
+        body = fit(render_comment(run.head_sha, run.base_sha, checks), MAX_BODY, CUT)
         digest = hashlib.sha256(body.encode()).hexdigest()
         existing = ctx.store.pull_comment(run.id)
         if existing is not None and existing.digest == digest:

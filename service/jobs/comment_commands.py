@@ -8,6 +8,7 @@ from typing import Any
 
 from service.github.api import PullHead
 from service.github.commands import GRAMMAR, Command, Invalid, parse_comment, select_jobs
+from service.github.markdown import code_span, fit
 from service.github.trust import author_is_trusted, may_command
 from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
@@ -17,6 +18,7 @@ from service.store import APPROVAL_SUITE, NewRun, Run
 
 log = logging.getLogger(__name__)
 ACCEPTED_REACTION = "+1"
+MAX_REPLY = 65_000  # GitHub refuses comments over 65,536 characters; a reply quotes the commenter's lines
 
 
 def handle_comment(ctx: WorkerContext, request: dict[str, Any]) -> None:
@@ -39,7 +41,8 @@ def reply(commenter: str, problems: list[str], lines: list[str]) -> str:
     """The answer to a comment with problems; the grammar only when a line was not a command we know."""
     body = "\n".join(f"- {p}" for p in problems)
     misspelt = any(isinstance(command, Invalid) for command in parse_comment("\n".join(lines)))
-    return f"@{commenter}:\n{body}" + (f"\n\n{GRAMMAR}" if misspelt else "")
+    grammar = f"\n\n{GRAMMAR}" if misspelt else ""
+    return fit(f"@{commenter}:\n{body}", MAX_REPLY - len(grammar.encode()), "\n- … and more") + grammar
 
 
 def _carry_out(ctx: WorkerContext, request: dict[str, Any]) -> tuple[bool, list[str]]:
@@ -55,14 +58,19 @@ def _carry_out(ctx: WorkerContext, request: dict[str, Any]) -> tuple[bool, list[
     accepted, problems = False, []
     for command in commands:
         if isinstance(command, Invalid):
-            problems.append(f"`{command.line}`: {command.reason}.")
+            problems.append(f"{_quoted(command.line)}: {command.reason}.")
             continue
         problem = _execute(ctx, request, pull, command)
         if problem is None:
             accepted = True
         else:
-            problems.append(f"`{command.line}`: {problem}")
+            problems.append(f"{_quoted(command.line)}: {problem}")
     return accepted, problems
+
+
+def _quoted(line: str) -> str:
+    """The commenter's line, as code nothing in it can break out of (the App must not post their mentions)."""
+    return code_span(line, limit=200)
 
 
 def _execute(ctx: WorkerContext, request: dict[str, Any], pull: PullHead, command: Command) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from service.github import reporting
+from service.github.markdown import code_block
 from service.jobs import base_runs, lifecycle
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import Conclusion, Gate, JobState, RunState
@@ -94,7 +95,7 @@ def _job_row(run: Run, planned: PlannedJob, config_error: str | None) -> Job:
     job = lifecycle.new_job(run, planned.suite, planned.device, planned.timeout_s)
     if config_error is not None:
         return lifecycle.settled_at_planning(job, Conclusion.FAILURE, f"Invalid {CONFIG_FILE}",
-                                             f"Nothing ran: {CONFIG_FILE} has problems.\n\n```\n{config_error}\n```")
+                                             f"Nothing ran: {CONFIG_FILE} has problems.\n\n{code_block(config_error)}")
     if planned.skip_reason is not None:
         return lifecycle.settled_at_planning(job, Conclusion.NEUTRAL, f"Not run: no {planned.device} runner",
                                              planned.skip_reason)

@@ -26,6 +26,7 @@ from service.devkit.sandbox.stack import APP_ID, INSTALLATION_ID
 from service.jobs.tasks import create_worker_celery
 from service.web.app import create_app
 from tests.conftest import make_settings
+from tests.rendered import assert_inert
 
 ROOT = Path(__file__).resolve().parents[2]
 FULL_NAME = "octo/gadgets"
@@ -208,3 +209,17 @@ def test_a_push_during_a_run_cancels_it(settings: Settings, repo: Path, worker: 
     assert f"Superseded by a newer push ({fixed[:12]})" in cancelled[0]["output"]["summary"]
     assert summary(wait_for(lambda: settled(emulator, fixed, 2))) == [("correctness (cpu)", "success"),
                                                                       ("correctness (cuda)", "success")]
+
+
+def test_a_reply_quotes_the_commenters_lines_as_code_it_cannot_leave(settings: Settings, worker: None,
+                                                                    emulator: GitHubEmulator) -> None:
+    """The App's reply quotes what was written: a backtick in it must not let the App post a mention or a link."""
+    emulator.add_pull(FULL_NAME, 11, "a" * 40, "hostile", "main", "octocat", "OWNER")
+    lines = ["/rerun x` @octocat ![x](http://evil.example/i.png) <img src=x> `", "/rerun `@octocat`"]
+    comment(settings, 11, "\n".join(lines), "maria", 111)
+    (reply,) = wait_for(lambda: emulator.comments)
+    greeting, answer = reply["body"].split("\n", 1)
+    assert greeting == "@maria:"  # the one mention: whoever asked
+    shown = assert_inert(answer)
+    assert lines[0] in shown.codes and "`@octocat`" in shown.codes
+    assert "takes at most two words" in shown.visible and "is not a suite name" in shown.visible

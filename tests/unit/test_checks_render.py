@@ -33,7 +33,7 @@ def test_completed_failure_names_the_failing_tests() -> None:
     view = render_check_run(_run(), job, results, URL)
     assert view.conclusion == "failure"
     assert view.title == "1 failed, 7 passed, 2 skipped"  # pytest's words and order
-    assert "`t.py::test_declared_model[counting_scale]`: AssertionError: compiled differs from eager" in view.summary
+    assert "`t.py::test_declared_model[counting_scale]`: `AssertionError: compiled differs from eager`" in view.summary
     assert "| correctness | cpu | 7 | 1 | 0 | 2 | 0 | 0 | 42.0 s | 2.13.0 | local |" in view.summary
     assert "Traceback" in view.text
 
@@ -47,10 +47,10 @@ def test_huge_failure_output_is_cut_below_githubs_limit_with_a_link() -> None:
     assert "and 10 more" in view.summary
 
 
-def test_truncate_keeps_short_text() -> None:
+def test_truncate_keeps_short_text_and_cuts_long_text_at_a_line_end() -> None:
     assert truncate("short", 10, "http://x") == "short"
-    cut = truncate("a" * 100, 60, "http://x")
-    assert len(cut) == 60 and cut.endswith("http://x")
+    cut = truncate("a" * 30 + "\n" + "b" * 70, 80, "http://x")
+    assert cut == "a" * 30 + "\n\n… truncated; the full text is at http://x"
 
 
 def test_failing_test_bullet_keeps_the_figures_after_a_colon() -> None:
@@ -58,5 +58,5 @@ def test_failing_test_bullet_keeps_the_figures_after_a_colon() -> None:
                           message="AssertionError: compiled result differs from eager beyond tolerance:\n"
                                   "max abs diff 0.5 at index (0, 3)\nmore")]
     view = render_check_run(_run(), _job(state="completed", conclusion="failure", failed=1), results, URL)
-    assert ("- `t.py::test_scale`: AssertionError: compiled result differs from eager beyond tolerance: "
-            "max abs diff 0.5 at index (0, 3)") in view.summary
+    assert ("- `t.py::test_scale`: `AssertionError: compiled result differs from eager beyond tolerance: "
+            "max abs diff 0.5 at index (0, 3)`") in view.summary

@@ -9,6 +9,10 @@ from . import resources
 from .state import CheckRunRecord, EmulatorState, iso, utc_now
 
 _ACTIONS_ONLY_STATUSES = ("waiting", "requested", "pending")
+# GitHub answers 422 "summary exceeds a maximum bytesize of 65535": the documented "characters" are UTF-8 bytes.
+MAX_OUTPUT_BYTES = 65_535
+MAX_ANNOTATION_BYTES = 64 * 1024  # message and raw_details: "The maximum size is 64 KB"
+MAX_ANNOTATION_TITLE = 255
 
 
 def rule_errors(body: dict[str, Any], *, creating: bool) -> list[str]:
@@ -24,6 +28,8 @@ def rule_errors(body: dict[str, Any], *, creating: bool) -> list[str]:
     if isinstance(output, dict):
         if not creating and "title" not in output:
             errors.append("output/title: required (the PATCH description marks it **Required**)")
+        errors += [f"output/{key}: exceeds a maximum bytesize of {MAX_OUTPUT_BYTES}" for key in ("summary", "text")
+                   if len(str(output.get(key) or "").encode()) > MAX_OUTPUT_BYTES]
         errors += _annotation_errors(output.get("annotations", []))
     return errors
 
@@ -34,6 +40,12 @@ def _annotation_errors(annotations: Any) -> list[str]:
         has_columns = isinstance(note, dict) and ("start_column" in note or "end_column" in note)
         if has_columns and note.get("start_line") != note.get("end_line"):
             errors.append(f"output/annotations/{index}: start_column and end_column need start_line == end_line")
+        if not isinstance(note, dict):
+            continue
+        if len(str(note.get("title", ""))) > MAX_ANNOTATION_TITLE:
+            errors.append(f"output/annotations/{index}/title: longer than {MAX_ANNOTATION_TITLE} characters")
+        errors += [f"output/annotations/{index}/{key}: larger than 64 KB" for key in ("message", "raw_details")
+                   if len(str(note.get(key, "")).encode()) > MAX_ANNOTATION_BYTES]
     return errors
 
 

@@ -222,8 +222,18 @@ ROUTES: dict[str, Handler] = {
     "repos/create-commit-status": create_commit_status,
     "rate-limit/get": get_rate_limit,
 }
+MAX_COMMENT = 65_536
+
+
+def comment_errors(body: dict[str, Any]) -> list[str]:
+    too_long = len(str(body.get("body", ""))) > MAX_COMMENT
+    return [f"body: is too long (maximum is {MAX_COMMENT} characters)"] if too_long else []
+
+
 # Rules GitHub states in prose; checked after the schema so they can assume a well-formed body.
 RULES: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "checks/create": lambda body: checks.rule_errors(body, creating=True),
     "checks/update": lambda body: checks.rule_errors(body, creating=False),
+    "issues/create-comment": comment_errors,
+    "issues/update-comment": comment_errors,
 }
