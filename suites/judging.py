@@ -21,6 +21,14 @@ from .module_runs import flatten_outputs
 # that results eager gets (nearly) exact do not demand bit-exactness from reordered reductions.
 TOLERANCE_MULTIPLIER = 2.0
 RMSE_FLOOR = 1e-5
+# bfloat16 results below bfloat16's smallest normal may come back as zero (issue 27). CPUs with AVX512-BF16 or AMX
+# multiply bf16 with VDPBF16PS / TDPBF16PS, which ignore the FPU's control register and always read subnormal inputs
+# and write subnormal results as zero, and a compiled graph can reach those kernels where eager does not: on stock
+# torch, inductor rewrites a hand-written attention into the CPU flash-attention kernel, whose bf16 GEMMs are oneMKL's,
+# while eager's small bmm runs ATen's own loops. Such an element counts as eager's value. No other dtype gets this
+# allowance: float32 subnormals flush only under FTZ/DAZ (a bug), float16's (down to 6e-8) are kept where fp16 runs
+# here (the CUDA fp16 variants pass without it), and no result the dtype holds as a normal number is ever excused.
+FLUSHABLE_DTYPES = (torch.bfloat16,)
 
 
 def _as_fp64(t: torch.Tensor) -> torch.Tensor:
@@ -30,6 +38,16 @@ def _as_fp64(t: torch.Tensor) -> torch.Tensor:
 def _rmse(a: torch.Tensor, b: torch.Tensor, finite: torch.Tensor) -> float:
     diff = (_as_fp64(a) - _as_fp64(b))[finite]
     return math.sqrt(diff.square().mean().item()) if diff.numel() else 0.0
+
+
+def _tolerate_flushes(
+    actual64: torch.Tensor, eager64: torch.Tensor, reference64: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, int]:
+    """``actual64`` with its tolerated flushes (see FLUSHABLE_DTYPES) replaced by eager's values, and their count."""
+    if dtype not in FLUSHABLE_DTYPES:
+        return actual64, 0
+    flushed = (actual64 == 0) & (eager64 != 0) & (reference64.abs() < torch.finfo(dtype).tiny)
+    return torch.where(flushed, eager64, actual64), int(flushed.sum())
 
 
 def _describe_worst(actual: torch.Tensor, eager: torch.Tensor) -> str:
@@ -61,13 +79,15 @@ def _compare_leaf(path: str, actual: Any, eager: Any, reference: Any, multiplier
     ):
         return f"{path}: compiled and eager disagree on the non-finite (NaN/inf) elements"
     finite &= torch.isfinite(reference64)
+    actual64, flushed = _tolerate_flushes(actual64, eager64, reference64, eager.dtype)
     eager_error, compiled_error = _rmse(eager64, reference64, finite), _rmse(actual64, reference64, finite)
     allowed = multiplier * eager_error + floor
     if compiled_error <= allowed:
         return None
+    tolerated = f" ({flushed} results below {eager.dtype}'s smallest normal flushed to 0, tolerated)" if flushed else ""
     return (
         f"{path}: compiled RMSE vs fp64 reference {compiled_error:.3g} > {multiplier:g} x eager RMSE "
-        f"{eager_error:.3g} + {floor:g}; {_describe_worst(actual, eager)}"
+        f"{eager_error:.3g} + {floor:g}; {_describe_worst(actual64 if flushed else actual, eager)}{tolerated}"
     )
 
 
