@@ -21,6 +21,7 @@ from pathlib import Path
 from runners.local import private_dir
 from runners.protocol import RunResult
 from service.config import Settings
+from service.github.markdown import code_block
 from service.jobs.install_step import COPY_NAME, INSTALL_EXIT
 from service.jobs.lifecycle import Conclusion, Outcome
 from service.jobs.outcome import Attempt, read_json
@@ -142,6 +143,6 @@ def judged(out: Path, result: RunResult, attempt: Attempt) -> Outcome | None:
     what = "the [install] requirements" if data.get("stage") in ("download", "unpack") else "the repository itself"
     raw = data.get("lines")
     lines = "\n".join(str(line)[:1000] for line in (raw if isinstance(raw, list) else [])[:200])[-6000:]
-    detail = f"Nothing was tested: installing {what} failed.\n\n```\n{lines}\n```"
+    detail = f"Nothing was tested: installing {what} failed.\n\n{code_block(lines)}"
     torch = str(attempt.environment.get("torch_version", ""))
     return Outcome(Conclusion.FAILURE, INSTALL_TITLE, detail, attempt.counts, torch)

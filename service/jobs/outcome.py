@@ -16,6 +16,7 @@ from runners.protocol import RunResult
 from runners.untrusted_files import read_bounded
 from service.github.annotations import declared_target, locate_in_checkout
 from service.github.checks import count_outcomes, summary_line
+from service.github.markdown import code_block, code_span
 from service.jobs.junit import JUnitError, parse_junit
 from service.jobs.lifecycle import INFRA_TITLE, Conclusion, Outcome
 from service.store import TestRecord
@@ -104,8 +105,8 @@ def judge(result: RunResult, attempt: Attempt, cancel_reason: str = "", output_m
         return Outcome(conclusion, title, detail, counts, torch)
 
     failed = counts["failed"] + counts["errors"]
-    if result.infra_error:
-        return outcome(Conclusion.FAILURE, INFRA_TITLE, result.infra_error)
+    if result.infra_error:  # may quote the job (its log's first line): code, never Markdown
+        return outcome(Conclusion.FAILURE, INFRA_TITLE, code_block(result.infra_error, limit=4000))
     if result.cancelled:
         return outcome(Conclusion.CANCELLED, "Cancelled", cancel_reason or "The job was cancelled before it finished.")
     if result.timed_out:
@@ -130,12 +131,13 @@ def judge(result: RunResult, attempt: Attempt, cancel_reason: str = "", output_m
         return outcome(Conclusion.NEUTRAL, "No tests ran", "pytest collected no tests.")
     if result.exit_code in (0, 1) and attempt.junit_problem is not None:
         return outcome(Conclusion.FAILURE, "Invalid junit.xml",
-                       f"pytest ended, but its junit.xml could not be read: {attempt.junit_problem}.{_before(counts)}")
+                       f"pytest ended, but its junit.xml could not be read: "
+                       f"{code_span(attempt.junit_problem, limit=500)}.{_before(counts)}")
     if result.exit_code in (0, 1):
         if result.exit_code == 0 and failed == 0:
             return outcome(Conclusion.SUCCESS, summary_line(counts))
         return outcome(Conclusion.FAILURE, summary_line(counts))
-    detail = attempt.junit_problem or "see the log"
+    detail = code_span(attempt.junit_problem, limit=500) if attempt.junit_problem else "see the log"
     return outcome(Conclusion.FAILURE, f"pytest exited with code {result.exit_code}",
                    f"The test run did not complete: {detail}.{_before(counts)}")
 
