@@ -4,9 +4,10 @@ Torch imports a cached module (inductor's generated .py, an FX-graph-cache entry
 can write a cache runs code in every later job that reads it. Hence:
 
 - one cache per (runner build, repository): a job is only ever given its own repository's directory;
-- only trusted jobs (pushes, pull requests whose gate is "trusted") write it;
-- an untrusted job (a pull request run after `/ok-to-test`, gate "approved") reads the trusted cache through a
-  throwaway layer of its own (an overlay or a copy) that is deleted when the job ends and never merged back.
+- only pushes to the default branch write it (merged code, the repository's own baseline);
+- every other job — pull requests of any author, base runs (a base sha with a pull request's config) — reads the
+  trusted cache through a throwaway layer of its own (an overlay or a copy) that is deleted when the job ends and
+  never merged back, so no pull request can change what a later base run or the default branch is served.
 
 Layout under `<data_dir>/cache/<runner cache_key>/<repository id>/`:
     trusted/            inductor/, triton/: written by trusted jobs only
@@ -66,15 +67,11 @@ class CacheScope:
         return self.trust == TRUSTED
 
 
-def trust_class(trigger: str, gate: str) -> str:
-    """Pushes and trusted authors' pull requests are trusted; anything else (an approved sha) is not.
-
-    Approving one sha lets its code run, not vouch for what it leaves behind: gate "approved" is untrusted.
-    """
-    # "base": compile-ci's own run at a pull request's base sha, trusted when the pull request's author is.
-    if gate == "trusted" and trigger in ("push", "pull_request", "base"):
-        return TRUSTED
-    return UNTRUSTED
+def trust_class(trigger: str) -> str:
+    """Only a push to the default branch writes the trusted cache. A trusted author's pull request is trusted to
+    run, not to define what its base or the default branch is served: its cache writes would make a later base run
+    fail its failures (a false green) or leave the default branch red until eviction, depending on queue order."""
+    return TRUSTED if trigger == "push" else UNTRUSTED
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from suites import reruns
+from suites import compiler_surface, reruns
 from suites.job_files import BackgroundFiles, ProgressWriter
 from suites.naming import sanitise_nodeid
 from suites.reruns import earlier_attempts
@@ -185,6 +185,13 @@ def record_environment(output_dir: Path) -> None:
     }
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "environment.json").write_text(json.dumps(info, indent=2))
+
+
+def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
+    """Before the repository's conftest.py files (the first of its code that runs in the job): inductor's tables are
+    taken as torch defines them, so what the repository changes in them keys the compile caches."""
+    if os.environ.get(OUTPUT_ENV):
+        compiler_surface.install()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -6,8 +6,10 @@ behind every head job (Celery priority LOW), and its id is a hash of (repository
 second pull request on the same base with the same config reuses it instead of running it again.
 
 Trust: the code is the base sha of the repository itself, but the config (and so the requirements installed) is
-the head's. A base run is therefore as trusted as the pull request that asked for it: a trusted author's base run
-gets the repository's trusted compile cache, an approved outsider's gets a throwaway layer over it (gate approved).
+the head's. A base run never writes the repository's trusted compile cache (only pushes to the default branch do):
+it reads it through a throwaway layer, so its results are a fact about the base commit and the default branch's
+cache, whichever pull request asked for it and in whatever order the jobs ran. Its gate (trusted, or approved for an
+outsider's pull request) only says that it may run.
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: 
     else:
         command = [*pytest, str(ctx.suites_dir / job.suite)]
     # The runner resolves it to this repository's cache, writable only by trusted runs (runners/compile_cache.py).
-    cache = CacheScope(ctx.settings.cache_dir, str(run.repo_id), trust_class(run.trigger, run.gate),
+    cache = CacheScope(ctx.settings.cache_dir, str(run.repo_id), trust_class(run.trigger),
                        run.pr_number, ctx.settings.cache_cap_mb)
     env = {
         "COMPILE_CI_DEVICE": job.device,

@@ -27,15 +27,14 @@ from runners.protocol import Runner, RunSpec
 MB = 1024 * 1024
 
 
-@pytest.mark.parametrize(("trigger", "gate", "expected"), [
-    ("push", "trusted", TRUSTED),
-    ("pull_request", "trusted", TRUSTED),
-    ("pull_request", "approved", UNTRUSTED),  # /ok-to-test lets one sha run, it does not vouch for its output
-    ("pull_request", "waiting", UNTRUSTED),
-    ("something-new", "trusted", UNTRUSTED),
+@pytest.mark.parametrize(("trigger", "expected"), [
+    ("push", TRUSTED),  # only pushes to the default branch run: merged code writes the cache
+    ("pull_request", UNTRUSTED),  # any author's: a member's pull request must not define what its base is served
+    ("base", UNTRUSTED),  # a base sha run with a pull request's config
+    ("something-new", UNTRUSTED),
 ])
-def test_trust_classes(trigger: str, gate: str, expected: str) -> None:
-    assert trust_class(trigger, gate) == expected
+def test_trust_classes(trigger: str, expected: str) -> None:
+    assert trust_class(trigger) == expected
 
 
 @pytest.mark.parametrize("repo", ["../101", "a/b", "", ".", "..", "101\n"])

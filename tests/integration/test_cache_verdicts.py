@@ -1,0 +1,221 @@
+"""Issue 27 through the whole service (webhook -> Celery worker -> DockerRunner -> real torch.compile -> check runs):
+a repository whose own package patches inductor at run time (a lowering, a decomposition, a custom pass with a
+constant uuid). A warm trusted cache must not bend a verdict: a pull request that breaks any of the three patches is
+red although the default branch warmed the cache, one that changes nothing else hits the cache, and a member's pull
+request that plants files in its compile cache reaches neither its base run nor the default branch, whichever runs
+first."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+
+from service.config import Settings
+from service.devkit.github_emulator import GitHubEmulator
+from service.devkit.sandbox.deliveries import pull_request_event, push_event
+from service.devkit.sandbox.sample_repo import commit_file
+from service.devkit.sandbox.stack import INSTALLATION_ID
+from service.jobs.tasks import create_worker_celery
+from service.store import Store, job_id_of_external
+from tests.integration.test_base_judgement import deliver, head_of
+from tests.integration.test_pipeline import FULL_NAME, await_check_runs
+
+pytestmark = pytest.mark.e2e
+REPO_ID = 4027
+CONFIG = '[suites]\nrun = ["repo"]\ndevices = ["cpu"]\nrepo_tests = ["tests"]\n'
+# The repository's package: three run-time patches of inductor, each a no-op on the numbers.
+LOWERING = '''
+import torch
+from torch._inductor.lowering import lowerings
+
+_stock = lowerings[torch.ops.aten.sin.default]
+
+
+def sin_lowering(x):
+    return _stock(x)
+
+
+lowerings[torch.ops.aten.sin.default] = sin_lowering
+'''
+DECOMPOSITION = '''
+import torch
+from torch._inductor.decomposition import decompositions
+
+
+def sinh(x):
+    return (x.exp() - (-x).exp()) * 0.5
+
+
+decompositions[torch.ops.aten.sinh.default] = sinh
+'''
+CUSTOM_PASS = '''
+import torch
+from torch._inductor import config
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+
+class KeepAdds(CustomGraphPass):
+    def __call__(self, graph):
+        pass
+
+    def uuid(self):
+        return "keep-adds-v1"  # never bumped: torch's key cannot tell two versions apart
+
+
+config.post_grad_custom_post_pass = KeepAdds()
+'''
+BROKEN = {
+    "lowering": ("compilerpatch/lowering.py", LOWERING.replace("sin.default]\n\n\ndef", "cos.default]\n\n\ndef")),
+    "decomposition": ("compilerpatch/decomposition.py", DECOMPOSITION.replace(" - (-x).exp()", "")),
+    "custom pass": ("compilerpatch/custom_pass.py", CUSTOM_PASS.replace("        pass\n", textwrap.indent(
+        "for node in graph.nodes:\n    if node.target == torch.ops.aten.add.Tensor:\n"
+        "        node.target = torch.ops.aten.sub.Tensor\n", " " * 8))),
+}
+CONFTEST = '''
+import os, sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import compilerpatch.lowering, compilerpatch.decomposition, compilerpatch.custom_pass  # noqa: E401,F401
+'''
+TESTS = '''
+import os, pathlib
+
+import torch
+
+PLANTED = "planted-by-a-pull-request"
+
+
+def f(x):
+    return torch.sin(x) + torch.sinh(x) * 2 + 1
+
+
+def test_compiled_matches_eager():
+    x = torch.linspace(-1, 1, 16)
+    torch.testing.assert_close(torch.compile(f)(x), f(x))
+
+
+def test_no_pull_request_wrote_this_jobs_cache():
+    cache = pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    assert not (cache / PLANTED).exists(), "a pull request's cache write reached this job"
+    if (pathlib.Path(__file__).parent / "PLANT").exists():
+        (cache / PLANTED).write_text("a member's pull request was here")
+'''
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "repos" / FULL_NAME
+    path.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
+    for name, text in ((".compile-ci.toml", CONFIG), ("compilerpatch/__init__.py", ""),
+                       ("compilerpatch/lowering.py", LOWERING), ("compilerpatch/decomposition.py", DECOMPOSITION),
+                       ("compilerpatch/custom_pass.py", CUSTOM_PASS), ("tests/conftest.py", CONFTEST),
+                       ("tests/test_surface.py", TESTS)):
+        commit_file(path, "main", name, text, f"add {name}")
+    return path
+
+
+@pytest.fixture
+def docker_worker(settings: Settings, tmp_path: Path, emulator: GitHubEmulator) -> Iterator[Settings]:
+    docker = pytest.importorskip("docker")
+    try:
+        docker.from_env().ping()
+    except Exception as exc:  # noqa: BLE001 - any reason the engine does not answer
+        pytest.skip(f"no Docker engine: {exc}")
+    settings = dataclasses.replace(settings, runner="docker")
+    (tmp_path / "suites" / "correctness").mkdir(parents=True)
+    emulator.add_repo(FULL_NAME)
+    emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
+    app = create_worker_celery(settings, suites_dir=tmp_path / "suites")
+    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=60,
+                      queues=["cpu", "github"]):
+        yield settings
+
+
+def _push(settings: Settings, before: str, after: str) -> None:
+    deliver(settings, "push", push_event(full_name=FULL_NAME, repo_id=REPO_ID, clone_url=f"https://github.com/"
+                                         f"{FULL_NAME}.git", installation_id=INSTALLATION_ID, branch="main",
+                                         before=before, after=after))
+
+
+def _pull_request(settings: Settings, number: int, head: str, base: str) -> None:
+    deliver(settings, "pull_request", pull_request_event(
+        "opened", full_name=FULL_NAME, repo_id=REPO_ID, installation_id=INSTALLATION_ID,
+        clone_url=f"https://github.com/{FULL_NAME}.git", number=number, head_sha=head, head_ref=f"pr{number}",
+        base_sha=base, association="MEMBER"))
+
+
+def _done(emulator: GitHubEmulator, sha: str) -> dict[str, Any]:
+    (check_run,) = await_check_runs(emulator, sha, 1, timeout_s=300)
+    assert check_run["status"] == "completed", check_run
+    return check_run
+
+
+def _compiled_test(settings: Settings, check_run: dict[str, Any]) -> dict[str, Any]:
+    store = Store(settings.database_url)
+    job = store.get_job(job_id_of_external(check_run["external_id"]))
+    assert job is not None
+    (result,) = [r for r in store.results_of(job.id, job.attempt) if r.nodeid.endswith("test_compiled_matches_eager")]
+    return result.metrics
+
+
+def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_worker: Settings,
+                                                             emulator: GitHubEmulator) -> None:
+    settings = docker_worker
+    unpushed = head_of(repo)  # a base with no push run: its pull request gets a base run of its own
+    first = commit_file(repo, "main", "README.md", "compiler patches\n", "docs")
+    _push(settings, unpushed, first)
+    warm = _done(emulator, first)
+    assert (warm["conclusion"], warm["output"]["title"]) == ("success", "2 passed"), warm["output"]
+    assert _compiled_test(settings, warm)["fx_graph_cache_misses"] >= 1  # the default branch fills the cache
+
+    # A member's pull request plants a file in its cache; its base run (at an unpushed sha) runs after it.
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "plant", unpushed], check=True)
+    planting = commit_file(repo, "plant", "tests/PLANT", "", "plant a file in the compile cache")
+    _pull_request(settings, 1, planting, unpushed)
+    planted = _done(emulator, planting)
+    assert planted["conclusion"] == "success", planted["output"]
+
+    # Each broken patch is red although the default branch warmed the cache for the very same graph.
+    for number, (kind, (path, text)) in enumerate(BROKEN.items(), start=2):
+        subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", f"broken{number}", first], check=True)
+        head = commit_file(repo, f"broken{number}", path, text, f"break the {kind}")
+        _pull_request(settings, number, head, first)
+        red = _done(emulator, head)
+        assert red["conclusion"] == "failure", (kind, red["output"])
+        assert "test_compiled_matches_eager" in red["output"]["summary"], (kind, red["output"])
+
+    # Nothing of the compiler changed: the pull request hits what the default branch compiled.
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "docs", first], check=True)
+    docs = commit_file(repo, "docs", "README.md", "compiler patches, documented\n", "more docs")
+    _pull_request(settings, 5, docs, first)
+    hit = _done(emulator, docs)
+    assert hit["conclusion"] == "success", hit["output"]
+    assert _compiled_test(settings, hit)["fx_graph_cache_hits"] >= 1, _compiled_test(settings, hit)
+
+    # After all those pull requests, the default branch is still served only what it compiled itself.
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "main"], check=True)
+    later = commit_file(repo, "main", "README.md", "compiler patches, pushed again\n", "docs again")
+    _push(settings, first, later)
+    again = _done(emulator, later)
+    assert (again["conclusion"], again["output"]["title"]) == ("success", "2 passed"), again["output"]
+    assert _compiled_test(settings, again)["fx_graph_cache_hits"] >= 1
+    # The planting pull request's base run (queued behind every head job, so it ran after the plant) was not
+    # served the plant either.
+    store = Store(settings.database_url)
+    (pull,) = store.runs_of_pr(FULL_NAME, 1)
+    deadline = time.monotonic() + 300
+    while True:
+        base_jobs = store.jobs_of(pull.base_run_id or "")
+        if base_jobs and all(j.state == "completed" for j in base_jobs) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert base_jobs and all((j.conclusion, j.passed) == ("success", 2) for j in base_jobs), base_jobs
