@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from service.compare.job_verdict import JobVerdict
 from service.compare.judgement import BaseStatus, Judgement
 from service.compare.verdicts import Verdict
 from service.github.markdown import code_span, link, plain
@@ -17,10 +18,14 @@ ICONS = {"success": "✅", "failure": "❌", "neutral": "⚪", "cancelled": "⏹
 @dataclass(frozen=True)
 class CheckSummary:
     name: str
-    conclusion: str
+    verdict: JobVerdict  # the check run's own verdict: the table says what GitHub's checks say
     url: str  # the job page
     judgement: Judgement | None
     test_url: Callable[[str], str]
+
+    @property
+    def conclusion(self) -> str:
+        return self.verdict.conclusion
 
 
 def worth_a_comment(checks: list[CheckSummary]) -> bool:
@@ -31,24 +36,28 @@ def worth_a_comment(checks: list[CheckSummary]) -> bool:
 def render_comment(head_sha: str, base_sha: str | None, checks: list[CheckSummary]) -> str:
     against = f" against its base {code_span(base_sha[:12])}" if base_sha else ""
     lines = [MARKER, f"### compile-ci: {code_span(head_sha[:12])}{against}", "",
-             "| check | conclusion | new failures | failing at base | flaky | budget violations | code changed |",
+             "| check | verdict | new failures | failing at base | flaky | budget violations | code changed |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for c in checks:
         j = c.judgement if c.judgement is not None and c.judgement.base.status == BaseStatus.READY else None
-        figures = [len(j.of(Verdict.NEW_FAILURE)), len(j.of(Verdict.FAILING_AT_BASE)), len(j.of(Verdict.FLAKY)),
-                   len(j.violations), len(j.code_changed)] if j else ["–"] * 5
+        figures = [*c.verdict.figures, len(j.code_changed)] if j and c.verdict.judged else ["–"] * 5
         icon = ICONS.get(c.conclusion, "")
-        lines.append(f"| {link(plain(c.name, inline=True), c.url)} | {icon} {c.conclusion} | "
+        lines.append(f"| {link(plain(c.name, inline=True), c.url)} | {icon} {plain(c.verdict.title, inline=True)} | "
                      + " | ".join(map(str, figures)) + " |")
-    pending = [plain(c.name, inline=True) for c in checks
-               if c.judgement is not None and c.judgement.base.status != BaseStatus.READY]
-    if pending:
-        lines += ["", f"Not compared with the base (still running or no usable result): {', '.join(pending)}. "
-                      "This comment is updated when it finishes."]
+    waiting = [plain(c.name, inline=True) for c in checks
+               if c.judgement is not None and c.judgement.base.status == BaseStatus.PENDING]
+    unusable = [plain(c.name, inline=True) for c in checks if c.judgement is not None
+                and c.judgement.base.status in (BaseStatus.BROKEN, BaseStatus.NONE) and c.conclusion != "neutral"]
+    if waiting:
+        lines += ["", f"Base still running for {', '.join(waiting)}: this comment is updated when it finishes."]
+    if unusable:
+        lines += ["", f"No usable base result for {', '.join(unusable)}: judged as without a base."]
     for title, pick in (
         ("New failures", lambda j: [(t.nodeid, "") for t in j.of(Verdict.NEW_FAILURE, Verdict.FAILED)]),
-        ("Budget violations", lambda j: [(v.nodeid, v.describe()) for v in j.violations]),
-        ("Flaky", lambda j: [(t.nodeid, t.detail) for t in j.of(Verdict.FLAKY)]),
+        # One entry per test, as the table counts them; a test over two limits says both.
+        ("Budget violations", lambda j: [(t.nodeid, "; ".join(v.describe() for v in t.violations))
+                                         for t in j.tests if t.violations]),
+        ("Flaky", lambda j: [(t.nodeid, t.detail) for t in j.of(Verdict.FLAKY, Verdict.KNOWN_FLAKY)]),
         ("Failing at the base too", lambda j: [(t.nodeid, "") for t in j.of(Verdict.FAILING_AT_BASE)]),
         ("Generated code changed", lambda j: [(t.nodeid, "") for t in j.code_changed]),
     ):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from service.compare.budgets import Budgets, Violation, violations
+from service.compare.history import KnownFlaky
 from service.compare.ledger import Ledger, ledger_of
 from service.compare.verdicts import RED, Verdict, classify
 from service.store import TestResult
@@ -39,12 +40,15 @@ class TestJudgement:
     violations: tuple[Violation, ...] = ()
     code_changed: bool = False
     message: str = ""
+    known_flaky: KnownFlaky | None = None
 
     @property
     def detail(self) -> str:
         parts = [v.describe() for v in self.violations]
         if self.verdict == Verdict.FLAKY:
             parts.insert(0, f"earlier attempts in this job: {', '.join(self.head.reruns)}")
+        if self.verdict == Verdict.KNOWN_FLAKY and self.known_flaky is not None:
+            parts.insert(0, self.known_flaky.describe())
         return "; ".join(parts)
 
 
@@ -91,7 +95,8 @@ class Judgement:
     @property
     def noteworthy(self) -> bool:
         """Worth a pull-request comment: anything but all green and unchanged."""
-        shown = (Verdict.NEW_FAILURE, Verdict.FAILED, Verdict.FAILING_AT_BASE, Verdict.FLAKY, Verdict.FIXED)
+        shown = (Verdict.NEW_FAILURE, Verdict.FAILED, Verdict.FAILING_AT_BASE, Verdict.FLAKY, Verdict.KNOWN_FLAKY,
+                 Verdict.FIXED)
         return bool(self.of(*shown) or self.violations or self.code_changed)
 
 
@@ -100,21 +105,28 @@ MIN_TIME_DELTA_S = 0.05  # compile-time moves smaller than this are noise, not c
 
 
 def judge(head: Sequence[TestResult], base: Sequence[TestResult] | None, info: BaseInfo, budgets: Budgets,
-          code_changed: Callable[[str], bool] = lambda nodeid: False) -> Judgement:
-    """Every head test's verdict; with no usable base (`base` None), each is judged as without comparison."""
+          code_changed: Callable[[str], bool] = lambda nodeid: False,
+          flaky: Mapping[str, KnownFlaky] | None = None) -> Judgement:
+    """Every head test's verdict; with no usable base (`base` None), each is judged as without comparison.
+    `flaky`: the known-flaky tests (service/compare/history.py), whose failures are warnings, not red."""
     by_id = {r.nodeid: r for r in base or ()}
     tests, deltas = [], []
     for result in head:
         head_ledger = ledger_of(result.metrics)
         other = by_id.get(result.nodeid)
         verdict = classify(result.outcome, head_ledger.reruns, other.outcome if other else None)
+        known = (flaky or {}).get(result.nodeid) if verdict in RED else None
+        if known is not None:
+            verdict = Verdict.KNOWN_FLAKY
         if other is None:
-            tests.append(TestJudgement(result.nodeid, verdict, head_ledger, None, message=result.message))
+            tests.append(TestJudgement(result.nodeid, verdict, head_ledger, None, message=result.message,
+                                       known_flaky=known))
             continue
         base_ledger = ledger_of(other.metrics)
         found = tuple(violations(result.nodeid, base_ledger, head_ledger, budgets))
         changed = result.outcome not in ("skipped",) and code_changed(result.nodeid)
-        tests.append(TestJudgement(result.nodeid, verdict, head_ledger, base_ledger, found, changed, result.message))
+        tests.append(TestJudgement(result.nodeid, verdict, head_ledger, base_ledger, found, changed, result.message,
+                                   known))
         deltas += _deltas(result.nodeid, base_ledger, head_ledger)
     deltas.sort(key=lambda d: (-d.weight, d.nodeid, d.figure))
     return Judgement(info, tests, deltas)
@@ -130,13 +142,3 @@ def _deltas(nodeid: str, base: Ledger, head: Ledger) -> list[Delta]:
             continue
         found.append(Delta(nodeid, figure, before, after))
     return found
-
-
-def judged_conclusion(raw: str, tests_ran: bool, judgement: Judgement | None) -> str:
-    """Red only for new failures and budget violations; an outcome that is not about tests (a timeout, an
-    infrastructure error, a crash) stays as it was, as does a job judged without a usable base."""
-    if judgement is None or not tests_ran or raw not in ("success", "failure"):
-        return raw
-    if judgement.base.status != BaseStatus.READY:
-        return raw
-    return "failure" if judgement.red else "success"

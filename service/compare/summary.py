@@ -41,6 +41,8 @@ def render_section(judgement: Judgement, test_url: Callable[[str], str]) -> str:
                            ("Failing at the base too (not counted against this pull request)",
                             Verdict.FAILING_AT_BASE),
                            ("Flaky: failed, then passed when re-run in this job", Verdict.FLAKY),
+                           ("Known flaky: failed here, flaky across this repository's recent runs (not counted "
+                            "against this pull request)", Verdict.KNOWN_FLAKY),
                            ("Fixed", Verdict.FIXED)):
         lines += _listed(title, judgement.of(verdict), test_url)
     if judgement.violations:
@@ -95,7 +97,7 @@ def _test_link(nodeid: str, test_url: Callable[[str], str]) -> str:
 
 def annotation_level(verdict: Verdict) -> str:
     """failure: counted against the pull request; warning: failing at the base too; notice: flaky."""
-    if verdict == Verdict.FAILING_AT_BASE:
+    if verdict in (Verdict.FAILING_AT_BASE, Verdict.KNOWN_FLAKY):
         return "warning"
     return "notice" if verdict == Verdict.FLAKY else "failure"
 

@@ -13,6 +13,7 @@ class Verdict(StrEnum):
     FAILING_AT_BASE = "failing_at_base"  # fails at head and at base: shown (warning), not red
     FIXED = "fixed"  # passes at head, failed at base
     FLAKY = "flaky"  # failed, then passed when re-run in the same job: shown (notice), not red
+    KNOWN_FLAKY = "known_flaky"  # fails here, but known flaky across the repository's runs: a warning, not red
     SKIPPED = "skipped"
     UNCHANGED = "unchanged"
     FAILED = "failed"  # fails at head, no base result to compare with: red, as without a base

@@ -8,7 +8,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.compare.judgement import BaseStatus, Judgement, judged_conclusion
+from service.compare.job_verdict import JobVerdict, job_verdict
+from service.compare.judgement import BaseStatus, Judgement
 from service.compare.summary import annotation_level, render_section, violation_annotations
 from service.compare.verdicts import Verdict
 from service.github.annotations import MAX_ANNOTATIONS, annotation
@@ -79,7 +80,8 @@ def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url:
     if judgement is not None:
         summary = summary + "\n" + render_section(judgement, lambda nodeid: test_url(job_url, nodeid))
     text = truncate(_failure_text(failures), MAX_TEXT, job_url + "/log")
-    conclusion = check_conclusion(job, judgement)
+    verdict = verdict_of(job, judgement)
+    conclusion = verdict.conclusion
     notes = [_annotation(job, r, annotation_level(verdicts.get(r.nodeid, Verdict.FAILED))) for r in failures]
     if judgement is not None and judgement.base.status == BaseStatus.READY:
         located = {r.nodeid: (r.file or r.nodeid.split("::")[0], r.line) for r in results}
@@ -87,33 +89,26 @@ def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url:
         notes += violation_annotations(judgement, lambda n: located.get(n, (n.split("::")[0], None)), job.check_name)
     return CheckRunView(
         status="completed", conclusion=conclusion,
-        title=plain_title((job.title or _title(job)) + _judged_title(judgement)),
+        title=plain_title(verdict.title),
         summary=truncate(summary, MAX_TEXT, job_url), text=text, **base,
         annotations=notes[:MAX_ANNOTATIONS],
         actions=[RERUN_ACTION] if conclusion in RERUN_CONCLUSIONS else [],
     )
 
 
+def verdict_of(job: Job, judgement: Judgement | None) -> JobVerdict:
+    """The job's one verdict (service/compare/job_verdict.py): what its check run, the comment and the pages say."""
+    return job_verdict(job.conclusion or "neutral", job.title, _title(job), judgement)
+
+
 def check_conclusion(job: Job, judgement: Judgement | None) -> str:
     """The completed check run's conclusion: the job's, unless its tests are judged against a base."""
-    tests_ran = not job.title or job.title == _title(job)  # not a timeout, crash, install or config failure
-    return judged_conclusion(job.conclusion or "neutral", tests_ran, judgement)
+    return verdict_of(job, judgement).conclusion
 
 
 def test_url(job_url: str, nodeid: str) -> str:
     """The test's page (generated code, metrics, the diff against the base) under the check run's own attempt."""
     return f"{job_url}/tests/{sanitise_nodeid(nodeid)}"
-
-
-def _judged_title(judgement: Judgement | None) -> str:
-    if judgement is None or judgement.base.status != BaseStatus.READY:
-        return ""
-    said = [f"{len(judgement.of(v))} {v.value.replace('_', ' ')}" for v in
-            (Verdict.NEW_FAILURE, Verdict.FAILING_AT_BASE, Verdict.FLAKY) if judgement.of(v)]
-    if judgement.violations:
-        n = len(judgement.violations)
-        said.append(f"{n} budget violation{'s' if n != 1 else ''}")
-    return f" — {', '.join(said)}" if said else ""
 
 
 def _progress_title(job: Job) -> str:

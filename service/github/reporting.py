@@ -55,13 +55,14 @@ def report_job(ctx: Reporter, job_id: str) -> None:
                 ctx.store.record_report(job.id, job.rerun, reported="completed")
             _judge_heads_again(ctx, run, job)
             return
-        if job.state == "completed":
-            record_finished(ctx.store, job)  # the page of this check run outlives a re-run
         results = ctx.store.results_of(job.id, job.attempt) if job.state == "completed" else []
         finished = job.state == "completed"
         finished_job = job
         judgement = _judgement(ctx, run, job, results) if finished else None
         view = render_check_run(run, job, results, attempt_url(ctx.job_url(job.id), job), judgement)
+        if view.status == "completed":
+            ctx.store.record_shown(job, view.conclusion or "", view.title)
+            record_finished(ctx.store, job, view.conclusion or "", view.title)  # its page outlives a re-run
         try:
             if job.reported == "completed" and view.status == "completed" and view.digest != job.reported_digest:
                 # Its base finished: the verdict may change. What was sent first was judged without it.
@@ -83,7 +84,7 @@ def report_job(ctx: Reporter, job_id: str) -> None:
 def _judgement(ctx: Reporter, run: Run, job: Job, results: list[TestResult]) -> Judgement | None:
     judgement = judge_job(ctx.store, ctx.settings.artifacts_dir, run, job, results, ctx.job_url)
     if judgement is not None:
-        ctx.store.record_verdicts(job.id, job.attempt, {t.nodeid: (t.verdict.value, t.detail)
+        ctx.store.record_verdicts(job.id, job.attempt, {t.nodeid: (t.verdict.value, t.detail, bool(t.violations))
                                                          for t in judgement.tests})
     return judgement
 

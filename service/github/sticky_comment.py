@@ -11,7 +11,7 @@ from service.compare.comment import CheckSummary, render_comment, worth_a_commen
 from service.compare.inputs import NULL_SHA, config_table, judge_job
 from service.config import Settings
 from service.github.api import GitHubApp, GoneError
-from service.github.checks import check_conclusion, test_url
+from service.github.checks import test_url, verdict_of
 from service.github.markdown import fit
 from service.store import APPROVAL_SUITE, Run, Store
 
@@ -49,7 +49,7 @@ def update_sticky_comment(ctx: Commenter, run: Run) -> None:
             results = ctx.store.results_of(job.id, job.attempt)
             judgement = judge_job(ctx.store, ctx.settings.artifacts_dir, run, job, results, ctx.job_url)
             url = ctx.job_url(job.id)
-            checks.append(CheckSummary(job.check_name, check_conclusion(job, judgement), url, judgement,
+            checks.append(CheckSummary(job.check_name, verdict_of(job, judgement), url, judgement,
                                        lambda nodeid, url=url: test_url(url, nodeid)))
         body = fit(render_comment(run.head_sha, run.base_sha, checks), MAX_BODY, CUT)
         digest = hashlib.sha256(body.encode()).hexdigest()

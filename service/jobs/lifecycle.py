@@ -71,7 +71,7 @@ _NEW_GENERATION: dict[str, object] = {
     "xpassed": 0,
     "check_run_id": None, "reported": "", "reported_digest": "", "annotations_sent": 0, "cancel_requested": False,
     "infra_failures": 0, "progress_done": 0, "progress_total": 0, "progress_current": "", "started_at": None,
-    "finished_at": None,
+    "finished_at": None, "verdict_conclusion": "", "verdict_title": "",
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, Integer, String, Text, select
+from sqlalchemy import DateTime, Integer, String, Text, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -30,19 +30,23 @@ class AttemptRecord(Base):
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 
 
-def record_finished(store: Store, job: Job) -> None:
-    """Keep a completed job's outcome under its generation; a second report of the same one changes nothing."""
+def record_finished(store: Store, job: Job, conclusion: str, title: str) -> None:
+    """Keep a completed job's outcome under its generation, as its check run shows it (`conclusion`, `title`: the
+    judged verdict, which a later report may change when the base finishes); the rest is kept as first recorded."""
     if job.state != "completed":
         return
     # Cancelled in the queue: the job row's attempt counter still names the previous check run's directory.
     never_ran = job.started_at is None and any(r.attempt == job.attempt for r in attempts_of(store, job.id))
     row = AttemptRecord(job_id=job.id, rerun=job.rerun, attempt=0 if never_ran else job.attempt,
-                        conclusion=job.conclusion or "", title=job.title, detail=job.detail, runner=job.runner,
+                        conclusion=conclusion, title=title, detail=job.detail, runner=job.runner,
                         torch_version=job.torch_version, started_at=job.started_at, finished_at=job.finished_at)
     try:
         with store.session() as s:
             if s.get(AttemptRecord, (job.id, job.rerun)) is None:
                 s.add(row)
+            else:  # judged again (its base finished): the record keeps what its check run says now
+                s.execute(update(AttemptRecord).where(AttemptRecord.job_id == job.id, AttemptRecord.rerun == job.rerun)
+                          .values(conclusion=conclusion, title=title))
     except IntegrityError:  # a concurrent report recorded it first
         pass
 

@@ -95,6 +95,10 @@ class Job(Base):
     reported: Mapped[str] = mapped_column(String(20), default="")  # last status sent to GitHub
     reported_digest: Mapped[str] = mapped_column(String(64), default="")  # of the last output sent
     annotations_sent: Mapped[int] = mapped_column(Integer, default=0)
+    # What its completed check run says (service/compare/job_verdict.py), kept when it is reported: the pages show
+    # these, so they never contradict GitHub ("" until then, and for runs nothing is reported of).
+    verdict_conclusion: Mapped[str] = mapped_column(String(20), default="", server_default="")
+    verdict_title: Mapped[str] = mapped_column(Text, default="", server_default="")
     queued_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
@@ -106,6 +110,15 @@ class Job(Base):
     @property
     def check_name(self) -> str:
         return check_name_of(self.suite, self.device)
+
+    @property
+    def shown_conclusion(self) -> str:
+        """The conclusion every page shows: its check run's, once judged and reported; else its own."""
+        return self.verdict_conclusion or self.conclusion or ""
+
+    @property
+    def shown_title(self) -> str:
+        return self.verdict_title or self.title
 
     @property
     def external_id(self) -> str:
@@ -158,6 +171,7 @@ class TestResult(Base):
     # unchanged | failed | passed ("" until judged; failed / passed: no base result to compare with).
     verdict: Mapped[str] = mapped_column(String(20), default="", server_default="")
     verdict_detail: Mapped[str] = mapped_column(Text, default="", server_default="")
+    over_budget: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # broke a [budgets] limit
 
 
 class PullComment(Base):

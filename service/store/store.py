@@ -145,11 +145,19 @@ class Store:
         with self.session() as s:
             s.execute(update(Run).where(Run.id == run_id, Run.config_text.is_(None)).values(config_text=config_text))
 
-    def record_verdicts(self, job_id: str, attempt: int, verdicts: Mapping[str, tuple[str, str]]) -> None:
-        """Each test's verdict against the base (nodeid -> (verdict, detail)), for the pages."""
+    def record_verdicts(self, job_id: str, attempt: int, verdicts: Mapping[str, tuple[str, str, bool]]) -> None:
+        """Each test's verdict against the base (nodeid -> (verdict, detail, over budget)), for the pages."""
         with self.session() as s:
             for row in s.scalars(select(TestResult).where(TestResult.job_id == job_id, TestResult.attempt == attempt)):
-                row.verdict, row.verdict_detail = verdicts.get(row.nodeid, ("", ""))
+                verdict, detail, over = verdicts.get(row.nodeid, ("", "", False))
+                row.verdict, row.verdict_detail, row.over_budget = verdict, detail, int(over)
+
+    def record_shown(self, job: Job, conclusion: str, title: str) -> None:
+        """What this generation's completed check run says; an older generation's report never overwrites it."""
+        with self.session() as s:
+            s.execute(update(Job).where(Job.id == job.id, Job.rerun == job.rerun, Job.attempt == job.attempt,
+                                        Job.state == "completed")
+                      .values(verdict_conclusion=conclusion, verdict_title=title))
 
     def pull_comment(self, run_id: str) -> PullComment | None:
         with self.session() as s:

@@ -227,7 +227,7 @@ def test_the_stored_verdict_is_a_badge_on_the_test_and_diff_pages(client: FlaskC
         for row in s.query(TestResult).filter(TestResult.job_id == job.id):
             row.verdict = "failing_at_base"
     for path in (f"/jobs/{job.id}/tests/{NAME}", f"/jobs/{job.id}/tests/{NAME}/diff"):
-        badge = '<span class="badge verdict failing_at_base" id="verdict">failing at base too</span>'
+        badge = '<span class="badge verdict b-at-base" id="verdict">AT BASE</span>'
         assert badge in _page(client, path)
 
 

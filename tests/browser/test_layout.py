@@ -122,7 +122,9 @@ def test_log_viewer_lines_sections_ranges_and_search(live: Settings, chromium: s
 
 def test_each_attempt_has_its_own_page_listing_the_others(live: Settings, chromium: sync_api.Browser) -> None:
     store, _run_id, job_id = seeded(live)
-    record_finished(store, store.get_job(job_id))  # attempt 1 failed, then a re-run was cancelled in the queue
+    job = store.get_job(job_id)
+    assert job is not None
+    record_finished(store, job, job.conclusion or "", job.title)  # attempt 1 failed, then a re-run was cancelled
     force_job(store, job_id, rerun=1, state="completed", conclusion="cancelled", title="Cancelled",
               detail="Cancelled by @maria with `/cancel`.", started_at=None, finished_at=utcnow())
     page = page_at(chromium, 1280)

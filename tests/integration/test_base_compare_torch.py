@@ -190,7 +190,7 @@ def test_graph_break_budget_code_change_and_flaky_test_against_one_base_run(
 
     broken = runs[breaking]
     assert broken["conclusion"] == "failure", broken["output"]
-    assert broken["output"]["title"] == "2 passed — 1 budget violation"
+    assert broken["output"]["title"] == "1 budget violation — 2 passed"
     (note,) = broken["annotations"]
     assert "test_declared_model[residual]: graph_breaks 0 → 1 (budget: at most 0 new)" in note["message"]
     assert "item" in note["message"]  # dynamo's own reason for the break names the Tensor.item() call
@@ -201,7 +201,7 @@ def test_graph_break_budget_code_change_and_flaky_test_against_one_base_run(
     assert "test_declared_model_residual" in rewritten["output"]["summary"]  # the link to the test's page
 
     planted = runs[flaky]
-    assert (planted["conclusion"], planted["output"]["title"]) == ("success", "2 passed — 1 flaky")
+    assert (planted["conclusion"], planted["output"]["title"]) == ("success", "Green — 1 flaky (2 passed)")
     assert [a["annotation_level"] for a in planted["annotations"]] == ["notice"]
     assert "earlier attempts in this job: failed" in planted["output"]["summary"]
 

@@ -120,7 +120,7 @@ def test_against_a_push_run_a_base_failure_is_a_warning_and_a_new_failure_is_red
     open_pr(settings, 11, green, base)
     check_run = await_check_run(emulator, green, compared)
     assert check_run["conclusion"] == "success", check_run["output"]
-    assert check_run["output"]["title"] == "1 failed, 2 passed — 1 failing at base"
+    assert check_run["output"]["title"] == "Green — 1 failing at base (1 failed, 2 passed)"
     summary = check_run["output"]["summary"]
     assert "**Failing at the base too (not counted against this pull request)**" in summary
     assert "test_tiny.py::test_broken_on_main_too" in summary and "push run" in summary
@@ -131,7 +131,7 @@ def test_against_a_push_run_a_base_failure_is_a_warning_and_a_new_failure_is_red
     open_pr(settings, 12, red, base)
     check_run = await_check_run(emulator, red, compared)
     assert check_run["conclusion"] == "failure"
-    assert check_run["output"]["title"] == "2 failed, 1 passed — 1 new failure, 1 failing at base"
+    assert check_run["output"]["title"] == "1 new failure, 1 failing at base — 2 failed, 1 passed"
     assert "**New failures**" in check_run["output"]["summary"]
     by_test = {a["message"].split("::")[1].split(":")[0]: a["annotation_level"] for a in check_run["annotations"]}
     assert by_test == {"test_follows_the_pull_request": "failure", "test_broken_on_main_too": "warning"}

@@ -60,7 +60,7 @@ def test_a_comment_only_when_worth_it_or_asked_for_then_edited_in_place(
         update_sticky_comment(ctx, store.get_run(run.id))  # type: ignore[arg-type]
     assert [c["issue_number"] for c in emulator.comments] == [2]  # all green, unchanged: only where asked for
     (comment,) = emulator.comments
-    assert "| ✅ success | 0 | 0 | 0 | 0 | 0 |" in comment["body"]
+    assert "| ✅ 1 passed | 0 | 0 | 0 | 0 | 0 |" in comment["body"]
 
     update_sticky_comment(ctx, store.get_run(asked.id))  # type: ignore[arg-type]
     assert "edits" not in comment  # nothing changed: not sent again

@@ -8,6 +8,7 @@ import pytest
 
 from service.compare.budgets import Budgets, parse_budgets, violations
 from service.compare.comment import MARKER, CheckSummary, render_comment, worth_a_comment
+from service.compare.job_verdict import job_verdict
 from service.compare.judgement import BaseInfo, BaseStatus, judge
 from service.compare.ledger import Ledger, ledger_of, new_reasons
 from service.compare.verdicts import Verdict, classify
@@ -101,7 +102,7 @@ def test_a_failure_the_base_has_too_is_a_warning_and_the_check_stays_green() -> 
     judgement = judge(head, base, READY, Budgets())
     view = render_check_run(_run(), _job(conclusion="failure", failed=1, passed=1, title="1 failed, 1 passed"),
                             head, URL, judgement)
-    assert (view.conclusion, view.title) == ("success", "1 failed, 1 passed — 1 failing at base")
+    assert (view.conclusion, view.title) == ("success", "Green — 1 failing at base (1 failed, 1 passed)")
     assert [a["annotation_level"] for a in view.annotations] == ["warning"]
     assert "**Failing at the base too (not counted against this pull request)**" in view.summary
 
@@ -111,7 +112,7 @@ def test_a_budget_violation_turns_a_green_job_red_and_names_the_reason() -> None
     base = [_result("t::model", "passed", graph_breaks=0, graph_break_reasons=[])]
     judgement = judge(head, base, READY, Budgets(new_graph_breaks=0))
     view = render_check_run(_run(), _job(conclusion="success", passed=1, title="1 passed"), head, URL, judgement)
-    assert (view.conclusion, view.title) == ("failure", "1 passed — 1 budget violation")
+    assert (view.conclusion, view.title) == ("failure", "1 budget violation — 1 passed")
     assert f"graph_breaks 0 → 1 (budget: at most 0 new): {BREAK}" in view.summary
     (note,) = view.annotations
     assert note["annotation_level"] == "failure" and BREAK in note["message"] and note["path"] == "test_a.py"
@@ -123,7 +124,7 @@ def test_a_flaky_test_is_a_notice_and_changed_code_is_counted_with_links() -> No
     base = [_result("t::flaky", "passed"), _result("t::pass", "passed")]
     judgement = judge(head, base, READY, Budgets(), code_changed=lambda nodeid: nodeid == "t::pass")
     view = render_check_run(_run(), _job(conclusion="success", passed=2, title="2 passed"), head, URL, judgement)
-    assert (view.conclusion, view.title) == ("success", "2 passed — 1 flaky")
+    assert (view.conclusion, view.title) == ("success", "Green — 1 flaky (2 passed)")
     assert [a["annotation_level"] for a in view.annotations] == ["notice"]
     assert "earlier attempts in this job: failed" in view.summary
     assert f"**Generated code changed in 1 test**\n\n- [`t::pass`]({URL}/tests/t__pass)" in view.summary
@@ -134,7 +135,8 @@ def test_without_a_usable_base_a_job_is_judged_as_before(status: BaseStatus) -> 
     head = [_result("t::old", "failed")]
     judgement = judge(head, None, BaseInfo(status, "b" * 40, reason="Timed out"), Budgets(new_graph_breaks=0))
     view = render_check_run(_run(), _job(conclusion="failure", failed=1, title="1 failed"), head, URL, judgement)
-    assert (view.conclusion, view.title) == ("failure", "1 failed")
+    waiting = " — base still running" if status == BaseStatus.PENDING else ""
+    assert (view.conclusion, view.title) == ("failure", f"1 failed{waiting}")
     assert {BaseStatus.PENDING: "is still running", BaseStatus.BROKEN: "ended without test results (Timed out)",
             BaseStatus.NONE: "No base result"}[status] in view.summary
 
@@ -150,11 +152,14 @@ def test_the_comment_lists_every_check_and_is_skipped_when_all_is_green_and_unch
     head = [_result("t::new", "failed"), _result("t::ok", "passed")]
     red = judge(head, [_result("t::new", "passed"), _result("t::ok", "passed")], READY, Budgets())
     quiet = judge([_result("t::ok", "passed")], [_result("t::ok", "passed")], READY, Budgets())
-    checks = [CheckSummary("correctness (cpu)", "failure", URL, red, lambda n: f"{URL}/tests/{n}"),
-              CheckSummary("passes (cpu)", "success", URL, quiet, lambda n: f"{URL}/tests/{n}")]
+    checks = [CheckSummary("correctness (cpu)", job_verdict("failure", "", "1 failed, 1 passed", red), URL, red,
+                           lambda n: f"{URL}/tests/{n}"),
+              CheckSummary("passes (cpu)", job_verdict("success", "", "1 passed", quiet), URL, quiet,
+                           lambda n: f"{URL}/tests/{n}")]
     body = render_comment("f" * 40, "b" * 40, checks)
     assert body.startswith(MARKER)
-    assert f"| [correctness (cpu)]({URL}) | ❌ failure | 1 | 0 | 0 | 0 | 0 |" in body
+    # The table's figures and the lists below it count the same tests (a new failure is one failing only here).
+    assert f"| [correctness (cpu)]({URL}) | ❌ 1 new failure — 1 failed, 1 passed | 1 | 0 | 0 | 0 | 0 |" in body
     assert f"**New failures** (1)\n\n- correctness (cpu): [`t::new`]({URL}/tests/t::new)" in body
     assert worth_a_comment(checks) and not worth_a_comment(checks[1:])
 

@@ -59,9 +59,10 @@ def _newest(job: Job, base: str, earlier: list[AttemptRecord]) -> AttemptView:
     # counter still names the previous check run's.
     taken = job.started_at is None and any(r.attempt == job.attempt for r in earlier)
     attempt = 0 if taken or job.suite == APPROVAL_SUITE else job.attempt
+    # Its check run's verdict once reported (service/compare/job_verdict.py): the page says what GitHub says.
     return AttemptView(job.id, job.run_id, job.suite, job.device, job.rerun + 1, attempt, job.state,
-                       job.conclusion, job.title, job.detail, job.runner, job.torch_version, job.started_at,
-                       job.finished_at, True, base)
+                       job.shown_conclusion or None, job.shown_title, job.detail, job.runner, job.torch_version,
+                       job.started_at, job.finished_at, True, base)
 
 
 def _earlier(job: Job, record: AttemptRecord) -> AttemptView:

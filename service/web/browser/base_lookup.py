@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sqlalchemy import and_, or_, select
 
+from service.compare.job_verdict import badges_of
 from service.store import Job, Run, Store, TestResult
 from service.store.rows import job_id_for
 from service.web.browser.lookup import TEST_NAME
@@ -78,25 +79,15 @@ def runs_based_on(store: Store, run: Run) -> list[Run]:
         return list(s.scalars(query))
 
 
-# The base-judge's verdicts (service/compare/verdicts.py), in words; failed / passed (no base to compare with) and
-# "" (not judged yet) get no badge.
-VERDICT_WORDS = {"new_failure": "new failure", "failing_at_base": "failing at base too", "fixed": "fixed",
-                 "flaky": "flaky", "skipped": "skipped", "unchanged": "unchanged"}
-
-
 def has_base(run: Run) -> bool:
     """A pull request's run with a base commit (all zeros: GitHub's "no commit") or a named base run."""
     return bool(run.base_run_id or (run.base_sha and run.base_sha.strip("0")))
 
 
-def classification_of(store: Store, job_id: str, attempt: int, nodeid: str) -> tuple[str, str] | None:
-    """(words, verdict) of the base-judge's verdict on a test, stored in `test_results.verdict`; None when there is
-    none. The one place pages ask for it: the test page and the diff page show it as a badge."""
-    column = getattr(TestResult, "verdict", None)  # the base-judge's column; absent from stores without it
-    if column is None:
-        return None
+def classification_of(store: Store, job_id: str, attempt: int, nodeid: str) -> list[str]:
+    """The test's verdict badges (NEW, AT BASE, FLAKY, FIXED, BUDGET: service/compare/job_verdict.py) from what the
+    base-judge stored; none before it judged. The test page and the diff page show them as the job page does."""
     with store.session() as s:
-        verdict = s.scalar(select(column).where(TestResult.job_id == job_id, TestResult.attempt == attempt,
-                                                TestResult.nodeid == nodeid).limit(1))
-    words = VERDICT_WORDS.get(str(verdict or ""))
-    return (words, str(verdict)) if words else None
+        row = s.execute(select(TestResult.verdict, TestResult.over_budget).where(
+            TestResult.job_id == job_id, TestResult.attempt == attempt, TestResult.nodeid == nodeid).limit(1)).first()
+    return badges_of(str(row[0] or ""), bool(row[1])) if row else []

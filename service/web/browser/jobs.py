@@ -46,11 +46,14 @@ def _row_html(base: str, result: queries.ResultRow, name: str, graphs: int, repr
     # f-strings over escape(): Markup.format costs ~4x more, which thousands of rows feel.
     cells = "".join(f"<td>{metrics_view.cell(key, metrics)}</td>" for key in SHOWN_METRICS)
     link = (f'<a href="{base}/tests/{name}">{graphs} graph{"" if graphs == 1 else "s"}'
-            f'{", repro" if repro else ""}</a>') if name else ""  # base and name match safe patterns
+            f'{", repro" if repro else ""}</a>') if name else (  # base and name match safe patterns
+        f'<a href="{base}/tests/{sanitise_nodeid(result.nodeid)}">history</a>')
     if name and compare:
         link += f' · <a class="diff-link" href="{base}/tests/{name}/diff">vs base</a>'
     outcome = escape(result.outcome)
-    return Markup(f'<tr><td><code>{escape(result.nodeid)}</code></td><td class="{outcome}">{outcome}</td>'
+    # The verdict badges, as templates/_badges.html writes them (the words are ours: NEW, AT BASE, ...).
+    marks = "".join(f' <span class="badge verdict b-{w.lower().replace(" ", "-")}">{w}</span>' for w in result.badges)
+    return Markup(f'<tr><td><code>{escape(result.nodeid)}</code>{marks}</td><td class="{outcome}">{outcome}</td>'
                   f"<td>{result.duration_s:.2f} s</td>{cells}<td>{link}</td></tr>\n")
 
 
@@ -82,7 +85,9 @@ _completed_lock = threading.Lock()
 def test_rows(job: AttemptView, directory: Path, compare: bool = False) -> list[TestRow]:
     """A completed attempt never changes, so its rows (thousands of metrics files read) are built once.
     `compare`: the run has a base, so each test links its diff against the base."""
-    key = f"{directory}|{job.base}|{compare}"  # the attempt's own directory (unique per deployment, job and attempt)
+    # The attempt's own directory (unique per deployment, job and attempt), and its verdict: the badges change when
+    # its base finishes and it is judged again.
+    key = f"{directory}|{job.base}|{compare}|{job.conclusion}|{job.title}"
     with _completed_lock:
         if key in _completed_rows:
             _completed_rows.move_to_end(key)

@@ -35,12 +35,22 @@ def load_job(job_id: str) -> tuple[Run, Job, Path]:
 
 def test_dir(directory: Path, name: str) -> Path:
     """A test's folder, reached without following a link (an older attempt's job could plant `tests/x -> /etc`)."""
+    folder = test_dir_if_any(directory, name)
+    if folder is None:
+        abort(404)
+    return folder
+
+
+def test_dir_if_any(directory: Path, name: str) -> Path | None:
+    """The folder, or None for a test that left no artifacts (it failed before compiling anything, say)."""
     if not TEST_NAME.fullmatch(name):
         abort(404)
     try:
         with open_dir(directory, f"tests/{name}"):
             pass
-    except OSError:
+    except FileNotFoundError:
+        return None
+    except OSError:  # a link or something else where a folder should be
         abort(404)
     return directory / "tests" / name
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from sqlalchemy import and_, exists, false, func, not_, or_, select
 from sqlalchemy.sql.elements import ColumnElement
 
+from service.compare.job_verdict import badges_of
 from service.store import Artifact, Job, Run, Store, TestResult
 
 PAGE_SIZE = 50
@@ -46,9 +47,14 @@ def _unfinished() -> ColumnElement[bool]:
     return or_(Run.state == "planning", exists().where(Job.run_id == Run.id, Job.state != "completed"))
 
 
+def _shown_conclusion() -> ColumnElement[str]:
+    """What a job's check run says (its judged verdict once reported), as Job.shown_conclusion does in Python."""
+    return func.coalesce(func.nullif(Job.verdict_conclusion, ""), Job.conclusion)
+
+
 def _failed() -> ColumnElement[bool]:
     return or_(Run.config_error.is_not(None),
-               exists().where(Job.run_id == Run.id, Job.conclusion.in_(FAILED_CONCLUSIONS)))
+               exists().where(Job.run_id == Run.id, _shown_conclusion().in_(FAILED_CONCLUSIONS)))
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,8 @@ def runs_page(store: Store, wanted: RunFilter, page: int, readable_private: list
         page = min(max(1, page), pages)
         query = select(Run).where(*where).order_by(Run.created_at.desc(), Run.id)
         runs = list(s.scalars(query.offset((page - 1) * PAGE_SIZE).limit(PAGE_SIZE)))
-        jobs = s.execute(select(Job.run_id, Job.state, Job.conclusion).where(Job.run_id.in_([r.id for r in runs])))
+        jobs = s.execute(select(Job.run_id, Job.state, _shown_conclusion())
+                         .where(Job.run_id.in_([r.id for r in runs])))
         statuses = {run.id: ("failure" if run.config_error else "running" if run.state == "planning" else "")
                     for run in runs}
         for run_id, state, conclusion in jobs:
@@ -143,12 +150,18 @@ class ResultRow:
     message: str
     details: str
     metrics: dict | None
+    verdict: str = ""  # against the base (service/compare/verdicts.py), "" until judged
+    over_budget: int = 0
+
+    @property
+    def badges(self) -> list[str]:
+        return badges_of(self.verdict, bool(self.over_budget))
 
 
 def results_of(store: Store, job_id: str, attempt: int) -> list[ResultRow]:
     """Plain rows, not ORM objects: a job may have thousands of tests and the job page shows them all."""
     columns = (TestResult.nodeid, TestResult.outcome, TestResult.duration_s, TestResult.message,
-               TestResult.details, TestResult.metrics)
+               TestResult.details, TestResult.metrics, TestResult.verdict, TestResult.over_budget)
     with store.session() as s:
         rows = s.execute(select(*columns).where(TestResult.job_id == job_id, TestResult.attempt == attempt)
                          .order_by(TestResult.id))

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from flask import Blueprint, render_template
+from flask import Blueprint, abort, render_template
 from markupsafe import Markup
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from runners.untrusted_files import read_head
-from service.store import Run
+from service.compare.history import known_flaky, summarize
+from service.store import Run, utcnow
+from service.store.history import results_across_runs
 from service.web.browser import base_lookup, charts, metrics_view, queries
 from service.web.browser.attempts import AttemptView, load_attempt
 from service.web.browser.code_compare import code_paths, test_of
 from service.web.browser.jobs import read_metrics
-from service.web.browser.lookup import test_dir, wiring
+from service.web.browser.lookup import test_dir_if_any, wiring
+from service.web.browser.test_history import history_url
 from suites.naming import sanitise_nodeid
 
 blueprint = Blueprint("testcase", __name__)
@@ -57,19 +60,24 @@ def _repro(folder: Path) -> str:
 @blueprint.get("/jobs/<job_id>/attempts/<int:number>/tests/<name>")
 def test_page(job_id: str, name: str, number: int | None = None) -> str:
     run, job, directory, _attempts = load_attempt(job_id, number)
-    folder = test_dir(directory, name)
-    metrics = read_metrics(folder)
+    folder = test_dir_if_any(directory, name)
+    metrics = read_metrics(folder) if folder is not None else {}
     nodeid, result = test_of(job.id, job.attempt, name, metrics)
+    if folder is None and result is None:
+        abort(404)
     outcome = result.outcome if result else str(metrics.get("outcome") or "")
     failure = (result.details or result.message) if result and outcome in ("failed", "error") else ""
     formatter = HtmlFormatter(linenos="table", cssclass="code")
-    codes = [(path.name, *_highlighted(path, formatter)) for path in code_paths(folder)]
-    repro = _repro(folder)
+    codes = [(path.name, *_highlighted(path, formatter)) for path in code_paths(folder)] if folder else []
+    repro = _repro(folder) if folder is not None else ""
     chart, points = _history_chart(run, job, nodeid)
+    across = results_across_runs(wiring().store, run.repo_full_name, job.suite, job.device, [nodeid], limit=100)
     return render_template("test.html", run=run, job=job, name=name, nodeid=nodeid, codes=codes, outcome=outcome,
                            metrics=metrics_view.rows({k: v for k, v in metrics.items() if k != "outcome"}),
                            failure=failure,
-                           repro=repro, chart=chart, points=points,
+                           repro=repro, chart=chart, points=points, across=summarize(across, run.pr_number),
+                           known=known_flaky(across, utcnow(), exclude_pr=run.pr_number).get(nodeid),
+                           history=history_url(run.repo_id, job.suite, job.device, nodeid),
                            compare=f"{job.base}/tests/{name}/diff" if base_lookup.has_base(run) else "",
                            classification=base_lookup.classification_of(wiring().store, job.id, job.attempt, nodeid),
                            pygments_css=Markup(formatter.get_style_defs(".code")))

@@ -1,0 +1,81 @@
+"""One verdict per job, made here and nowhere else: the conclusion and title its check run shows, and the words the
+sticky comment, the runs list, the run grid and the job and test pages repeat (they render this, never raw outcomes).
+
+Titles lead with the judgement, since GitHub's merge box cuts them: "1 new failure — 2 failed, 176 passed",
+"Green — 1 failing at base, 1 flaky (1 failed, 177 passed)". Raw counts follow for the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from service.compare.judgement import BaseStatus, Judgement
+from service.compare.verdicts import Verdict
+
+# A test's badge on every surface (job page, test page, comment lists), by its verdict; BUDGET is added for a test
+# that broke a `[budgets]` limit, whatever its outcome.
+BADGES: Mapping[Verdict, str] = {Verdict.NEW_FAILURE: "NEW", Verdict.FAILED: "NEW",
+                                 Verdict.FAILING_AT_BASE: "AT BASE", Verdict.FLAKY: "FLAKY",
+                                 Verdict.KNOWN_FLAKY: "KNOWN FLAKY", Verdict.FIXED: "FIXED"}
+BUDGET = "BUDGET"
+TEST_OUTCOME_CONCLUSIONS = ("success", "failure")
+
+
+@dataclass(frozen=True)
+class JobVerdict:
+    conclusion: str
+    title: str
+    judged: bool = False  # compared with a base that has results
+    new: int = 0  # fail here, passed at the base or have no result there: red
+    budget: int = 0  # tests over a [budgets] limit: red
+    at_base: int = 0  # fail at the base too: shown, not red
+    flaky: int = 0  # failed, then passed when re-run in the job: shown, not red
+    known_flaky: int = 0  # failed, but known flaky across the repository's recent runs: shown, not red
+    fixed: int = 0
+
+    @property
+    def figures(self) -> tuple[int, int, int, int]:
+        """The sticky comment's columns: new, failing at base, flaky (in this job or known), budget violations."""
+        return self.new, self.at_base, self.flaky + self.known_flaky, self.budget
+
+
+def job_verdict(conclusion: str, title: str, raw_title: str, judgement: Judgement | None) -> JobVerdict:
+    """`conclusion`/`title`: the job's own (as it ended); `raw_title`: its test counts in pytest's words, which its
+    title equals when its tests ran to the end (else it is a timeout, a crash, an install or config failure: those
+    are not judged against a base and keep their words)."""
+    tests_ran = title in ("", raw_title) and conclusion in TEST_OUTCOME_CONCLUSIONS
+    shown = title or raw_title
+    if judgement is None or not tests_ran:
+        return JobVerdict(conclusion, shown)
+    if judgement.base.status == BaseStatus.PENDING:
+        return JobVerdict(conclusion, f"{shown} — base still running")
+    if judgement.base.status != BaseStatus.READY:
+        return JobVerdict(conclusion, shown)
+    new = len(judgement.of(Verdict.NEW_FAILURE, Verdict.FAILED))
+    budget = len({v.nodeid for v in judgement.violations})
+    at_base, flaky = len(judgement.of(Verdict.FAILING_AT_BASE)), len(judgement.of(Verdict.FLAKY))
+    known, fixed = len(judgement.of(Verdict.KNOWN_FLAKY)), len(judgement.of(Verdict.FIXED))
+    counts = dict(new=new, budget=budget, at_base=at_base, flaky=flaky, known_flaky=known, fixed=fixed)
+    notes = [said for said in (_count(at_base, "failing at base", "failing at base"), _count(flaky, "flaky", "flaky"),
+                               _count(known, "known flaky", "known flaky"), _count(fixed, "fixed", "fixed")) if said]
+    if new or budget:
+        red = [said for said in (_count(new, "new failure", "new failures"),
+                                 _count(budget, "budget violation", "budget violations")) if said]
+        return JobVerdict("failure", f"{', '.join(red + notes)} — {raw_title}", True, **counts)
+    if notes:
+        return JobVerdict("success", f"Green — {', '.join(notes)} ({raw_title})", True, **counts)
+    return JobVerdict("success", raw_title, True, **counts)
+
+
+def badges_of(verdict: str, over_budget: bool) -> list[str]:
+    """The badges of a test from what the store keeps of its judgement (test_results.verdict, .over_budget)."""
+    try:
+        words = [BADGES[Verdict(verdict)]] if verdict and Verdict(verdict) in BADGES else []
+    except ValueError:
+        words = []
+    return words + [BUDGET] if over_budget else words
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}" if n else ""

@@ -1,0 +1,47 @@
+"""The history page of a test across its repository (`/tests/<repo id>/<suite>/<device>/<test>`): its failure rate,
+the pull requests it fails in now, the known-flaky state with its end date, each run linked; private repositories'
+history only for their readers; the test page links to it."""
+
+from __future__ import annotations
+
+from flask.testing import FlaskClient
+
+from service.config import Settings
+from service.store import Store, TestResult
+from suites.naming import sanitise_nodeid
+from tests.browser.seed import SeededTest, seed_job, seed_run
+
+NODEID = "correctness/test_correctness.py::test_wobbly"
+
+
+def _flaky(store: Store, job_id: str) -> None:
+    with store.session() as s:
+        for row in s.query(TestResult).filter(TestResult.job_id == job_id):
+            row.metrics = {**(row.metrics or {}), "reruns": ["failed"]}  # failed, then passed in the job
+
+
+def test_a_tests_history_across_the_repository(client: FlaskClient, settings: Settings, store: Store) -> None:
+    main = seed_run(store, pr=None, branch="main", sha="1" * 40, age_minutes=300)
+    _flaky(store, seed_job(settings, store, main, [SeededTest(NODEID, "passed")]).id)
+    other = seed_run(store, pr=8, sha="2" * 40, age_minutes=200)
+    _flaky(store, seed_job(settings, store, other, [SeededTest(NODEID, "passed")]).id)
+    failing = seed_run(store, pr=9, sha="3" * 40, age_minutes=100)
+    seed_job(settings, store, failing, [SeededTest(NODEID, "failed")])
+    page = client.get(f"/tests/1/correctness/cpu/{sanitise_nodeid(NODEID)}").get_data(as_text=True)
+    assert "<strong>1 failed</strong> (33 %), 2 flaky" in page
+    assert "Failing now in pull request #9." in page and 'id="known-flaky"' in page and "KNOWN FLAKY" in page
+    assert page.count('<tr><td>') == 3 and "PR #8" in page and "default branch" in page
+    test_page = client.get(f"/jobs/{failing.id}-correctness-cpu/tests/{sanitise_nodeid(NODEID)}").get_data(
+        as_text=True)
+    assert f'href="/tests/1/correctness/cpu/{sanitise_nodeid(NODEID)}"' in test_page
+    assert "<strong>Known flaky</strong> until" in test_page
+
+
+def test_a_private_repositorys_history_asks_for_sign_in(client: FlaskClient, settings: Settings,
+                                                         store: Store) -> None:
+    run = seed_run(store, repo="octo/secret", pr=None, branch="main", private=True)
+    seed_job(settings, store, run, [SeededTest(NODEID)])
+    response = client.get(f"/tests/1/correctness/cpu/{sanitise_nodeid(NODEID)}")
+    assert response.status_code == 302 and "/login" in response.headers["Location"]
+    for path in ("/tests/1/correctness/cpu/nope", "/tests/99/correctness/cpu/x", "/tests/1/correct%20ness/cpu/x"):
+        assert client.get(path).status_code in (302, 404)
