@@ -18,6 +18,7 @@ import pytest
 
 from suites import compiler_surface, reruns
 from suites.job_files import BackgroundFiles, ProgressWriter
+from suites.log_sections import LogSections
 from suites.naming import sanitise_nodeid
 from suites.reruns import earlier_attempts
 
@@ -202,3 +203,4 @@ def pytest_configure(config: pytest.Config) -> None:
         files = BackgroundFiles()
         config.pluginmanager.register(ArtifactWriter(Path(output), files), "compile-ci-artifacts")
         config.pluginmanager.register(ProgressWriter(Path(output), files), "compile-ci-progress")
+        config.pluginmanager.register(LogSections(config), "compile-ci-log-sections")

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from runners.job_log import append_text
 from runners.local import private_dir
 from runners.protocol import RunResult
 from service.config import Settings
@@ -128,8 +129,8 @@ def source_roots(out: Path) -> list[str]:
 def failed_result(out: Path, exc: InstallFailed) -> RunResult:
     """A failure of the trusted half: recorded like the in-job half's, so the judge tells one story."""
     (out / "install.json").write_text(json.dumps({"ok": False, "stage": exc.stage, "lines": exc.lines}))
-    with open(out / "log.txt", "a") as log:
-        log.write("compile-ci: installing the [install] requirements failed:\n" + "\n".join(exc.lines) + "\n")
+    append_text(out / "log.txt",
+                "compile-ci: installing the [install] requirements failed:\n" + "\n".join(exc.lines) + "\n")
     return RunResult(INSTALL_EXIT, 0.0)
 
 
