@@ -26,6 +26,7 @@ from service.github.markdown import code_block
 from service.jobs.install_step import COPY_NAME, INSTALL_EXIT
 from service.jobs.lifecycle import Conclusion, Outcome
 from service.jobs.outcome import Attempt, read_json
+from service.wheel_store import WHEELS_FILE, sha256_of, store_wheel, wheel_path
 
 STEP_SOURCE = (Path(__file__).parent / "install_step.py").read_text()
 INSTALL_TITLE = "Install failed"
@@ -101,6 +102,32 @@ def _pip(stage: str, args: list[str], root: Path) -> None:
         log.write(f"$ pip {' '.join(args)}\n{proc.stdout}")
     if proc.returncode != 0:
         raise InstallFailed(stage, _error_lines(proc.stdout))
+
+
+def record_wheels(out: Path, site: Path | None, requirements: tuple[str, ...], artifacts_dir: Path,
+                  repo_id: int) -> None:
+    """For `compile-ci repro`: the attempt's wheels.json (the requirements and the wheels the job's environment was
+    unpacked from) and each wheel in the repository's wheel store, where the pages serve it."""
+    wheels: list[dict[str, str | int]] = []
+    if site is not None:
+        wheels = _wheel_list(site.parent)
+        for wheel in wheels:
+            store_wheel(site.parent / "wheelhouse" / str(wheel["name"]),
+                        wheel_path(artifacts_dir, repo_id, str(wheel["sha256"])))
+    (out / WHEELS_FILE).write_text(json.dumps({"requirements": list(requirements), "wheels": wheels}, indent=2))
+
+
+def _wheel_list(root: Path) -> list[dict[str, str | int]]:
+    """The environment's wheels with their sha256, hashed once per environment (its key never changes them)."""
+    listed = root / "wheels.json"
+    if listed.exists():
+        return list(json.loads(listed.read_text()))
+    wheels: list[dict[str, str | int]] = [{"name": w.name, "sha256": sha256_of(w), "size": w.stat().st_size}
+                                          for w in sorted((root / "wheelhouse").glob("*.whl"))]
+    partial = root / f"wheels.json.{os.getpid()}"
+    partial.write_text(json.dumps(wheels))
+    partial.replace(listed)
+    return wheels
 
 
 def _error_lines(output: str) -> list[str]:

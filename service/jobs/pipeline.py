@@ -115,6 +115,7 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
             spec = _spec(ctx, run, job, config, checkout, out)
             roots = [str(spec.checkout_dir), spec.env.get("COMPILE_CI_CHECKOUT", ""), *install.source_roots(out)]
             append_text(out / "log.txt", f"$ {' '.join(install.shown(spec.command))}\n")
+            install.record_wheels(out, spec.deps_dir, config.requirements, ctx.settings.artifacts_dir, run.repo_id)
             result = ctx.runner.run(spec, _Watch(ctx, job, lease, out))
         except install.InstallFailed as exc:  # the PR's requirements, not the service: no retry
             result = install.failed_result(out, exc)

@@ -65,11 +65,13 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
     formatter = HtmlFormatter(linenos="table", cssclass="code")
     codes = [(path.name, *_highlighted(path, formatter)) for path in code_paths(folder)]
     repro = _repro(folder)
+    public_url = wiring().settings.public_url  # the address the developer's compile-ci repro reaches
     chart, points = _history_chart(run, job, nodeid)
     return render_template("test.html", run=run, job=job, name=name, nodeid=nodeid, codes=codes, outcome=outcome,
                            metrics=metrics_view.rows({k: v for k, v in metrics.items() if k != "outcome"}),
                            failure=failure,
                            repro=repro, chart=chart, points=points,
+                           repro_command=f"compile-ci repro {public_url.rstrip('/')}{job.base}/tests/{name}",
                            compare=f"{job.base}/tests/{name}/diff" if base_lookup.has_base(run) else "",
                            classification=base_lookup.classification_of(wiring().store, job.id, job.attempt, nodeid),
                            pygments_css=Markup(formatter.get_style_defs(".code")))
