@@ -80,6 +80,9 @@ def test_repro_from_a_fresh_clone_installs_the_jobs_wheels_and_fails_the_same_wa
         "COMPILE_CI_CHECKOUT": str(checkout), "COMPILE_CI_OUTPUT_DIR": str(out),
         "PYTHONPATH": os.pathsep.join([str(REPO), str(site)])})
     assert run.outcomes.get(TEST) == "failed", run.describe()
+    # Where the service annotates it: the model's class, in the repository's file.
+    line = (checkout / "samplezoo" / "zoo.py").read_text().splitlines().index("class CountingScale(nn.Module):") + 1
+    assert run.properties[TEST]["compile_ci_target"] == f"samplezoo/zoo.py:{line}", run.properties[TEST]
     repro = out / "tests" / sanitise_nodeid(NODEID) / "repro.py"
     assert str(tmp_path) not in repro.read_text(), "the repro names a path of the job's machine"
 
