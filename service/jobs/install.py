@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -28,6 +29,7 @@ from service.jobs.lifecycle import Conclusion, Outcome
 from service.jobs.outcome import Attempt, read_json
 from service.wheel_store import WHEELS_FILE, sha256_of, store_wheel, wheel_path
 
+log = logging.getLogger(__name__)
 STEP_SOURCE = (Path(__file__).parent / "install_step.py").read_text()
 INSTALL_TITLE = "Install failed"
 PIP_TIMEOUT_S = 900
@@ -109,12 +111,15 @@ def record_wheels(out: Path, site: Path | None, requirements: tuple[str, ...], a
     """For `compile-ci repro`: the attempt's wheels.json (the requirements and the wheels the job's environment was
     unpacked from) and each wheel in the repository's wheel store, where the pages serve it."""
     wheels: list[dict[str, str | int]] = []
-    if site is not None:
-        wheels = _wheel_list(site.parent)
-        for wheel in wheels:
-            store_wheel(site.parent / "wheelhouse" / str(wheel["name"]),
-                        wheel_path(artifacts_dir, repo_id, str(wheel["sha256"])))
-    (out / WHEELS_FILE).write_text(json.dumps({"requirements": list(requirements), "wheels": wheels}, indent=2))
+    try:
+        if site is not None:
+            wheels = _wheel_list(site.parent)
+            for wheel in wheels:
+                store_wheel(site.parent / "wheelhouse" / str(wheel["name"]),
+                            wheel_path(artifacts_dir, repo_id, str(wheel["sha256"])))
+        (out / WHEELS_FILE).write_text(json.dumps({"requirements": list(requirements), "wheels": wheels}, indent=2))
+    except OSError as exc:  # a repro without the job's wheels is no reason to fail the job (the repro says so)
+        log.warning("the job's wheels were not recorded for repros: %s", exc)
 
 
 def _wheel_list(root: Path) -> list[dict[str, str | int]]:

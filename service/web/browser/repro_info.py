@@ -4,6 +4,7 @@ wheels the job's environment was unpacked from (as JSON), and those wheels thems
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, Response, abort, jsonify, send_file
@@ -19,7 +20,7 @@ MAX_LIST_BYTES = 256 * 1024
 MAX_WHEELS = 500
 
 
-def listed_wheels(directory: Any) -> tuple[list[str], list[dict[str, Any]]] | None:
+def listed_wheels(directory: Path) -> tuple[list[str], list[dict[str, Any]]] | None:
     """(requirements, wheels) from the attempt's wheels.json; None when it has none (an attempt from before it).
     Read as untrusted (an older attempt's job could have planted one): bounded, every field checked."""
     try:
