@@ -52,6 +52,7 @@ def main() -> None:
     parser.add_argument("--tests", type=int, default=2000)
     parser.add_argument("--log-mb", type=int, default=50)
     parser.add_argument("--requests", type=int, default=30)
+    parser.add_argument("--no-times", action="store_true", help="a log without the worker's times sidecar")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         settings = Settings.from_env({
@@ -61,6 +62,8 @@ def main() -> None:
         store = Store(settings.database_url)
         run = seed_run(store)
         job = seed_job(settings, store, run, many_tests(args.tests), log_bytes=args.log_mb * 1_000_000)
+        if args.no_times:
+            (settings.artifacts_dir / run.id / job.id / "1" / "log.times").unlink()
         client = create_app(settings).test_client()
         first = timed(client, f"/jobs/{job.id}", 1)[0]
         page = timed(client, f"/jobs/{job.id}", args.requests)

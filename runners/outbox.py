@@ -21,7 +21,7 @@ from typing import Any
 from runners.untrusted_files import CHUNK, UntrustedFileError, kind_of, open_dir
 
 # The worker's own files in the results directory: a job's file of the same name is refused, never merged.
-RESERVED = frozenset({"log.txt", "meta.json"})
+RESERVED = frozenset({"log.txt", "log.times", "meta.json", "wheels.json"})
 MAX_PROBLEMS = 50  # listed on the job page; the count says how many more there were
 # The one file copied out while the job runs (for its live progress), every few seconds.
 PROGRESS_FILE = "progress.json"

@@ -49,10 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("path", type=Path, nargs="?", default=Path(".compile-ci.toml"),
                        help="the file to check (default: %(default)s in the current directory)")
     repro = sub.add_parser("repro", help="rerun a failed test of a job locally, from a clone of the repository")
-    repro.add_argument("job", help="the job page URL (or a job id, with --url)")
-    repro.add_argument("test", nargs="?", help="the failed test (part of its name); default: the first")
+    repro.add_argument("job", help="the job's (or the failed test's) page URL, or a job id with --url")
+    repro.add_argument("test", nargs="?", help="the failed test (part of its name); default: the page's, or the first")
     repro.add_argument("--clone", type=Path, default=Path("."), help="the repository clone (default: here)")
     repro.add_argument("--url", default=os.environ.get("COMPILE_CI_PUBLIC_URL", ""), help="the service's address")
+    repro.add_argument("--no-checkout", action="store_true",
+                       help="only check that the clone is at the job's commit (default: check it out if it is not)")
+    repro.add_argument("--any-commit", action="store_true",
+                       help="run against the clone's files as they are, whatever commit (or no git) they are")
+    repro.add_argument("--output-code", action="store_true",
+                       help="also print inductor's generated code (TORCH_LOGS=output_code; the job page has it)")
     args = parser.parse_args(argv)
 
     if args.command == "sandbox":
@@ -82,10 +88,13 @@ def main(argv: list[str] | None = None) -> int:
         from service.repro import ReproError, run_repro
 
         try:
-            return run_repro(args.job, args.test, args.clone, args.url)
+            return run_repro(args.job, args.test, args.clone, args.url, checkout=not args.no_checkout,
+                             any_commit=args.any_commit, output_code=args.output_code)
         except ReproError as exc:
             print(f"compile-ci repro: {exc}", file=sys.stderr)
             return 2
+        except KeyboardInterrupt:
+            return 130
     if args.command == "check-config":
         return _check_config(args.path)
     if args.command == "images":

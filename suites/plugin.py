@@ -18,6 +18,7 @@ import pytest
 
 from suites import compiler_surface, reruns
 from suites.job_files import BackgroundFiles, ProgressWriter
+from suites.log_sections import LogSections
 from suites.naming import sanitise_nodeid
 from suites.reruns import earlier_attempts
 
@@ -32,20 +33,25 @@ def test_dir(output_dir: Path, nodeid: str) -> Path:
 
 REPRO_TEMPLATE = '''"""Reproduce {nodeid} from a clone of the repository, on your machine.
 
-    python repro.py [PATH_TO_CLONE]      (default: the current directory; check out the job's commit first)
+    python repro.py [PATH_TO_CLONE] [--output-code]
 
-Needs torch (the job ran {torch_version}) and pytest{suites_hint}. It re-runs exactly this test with the job's
-device, declared targets and torch settings, and prints inductor's generated code.
+PATH_TO_CLONE: the repository at the job's commit (default: the current directory). Needs torch (the job ran
+{torch_version}), pytest{suites_hint} and the repository's [install] requirements: `compile-ci repro` with the
+job's page sets all of that up. It re-runs exactly this test with the job's device, declared targets and torch
+settings; --output-code also prints inductor's generated code (TORCH_LOGS=output_code), which the job's page shows.
 """
 import os
 import sys
 
 import pytest
 
-CHECKOUT = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else ".")
+OUTPUT_CODE = "--output-code" in sys.argv[1:]
+PATHS = [arg for arg in sys.argv[1:] if arg != "--output-code"]
+CHECKOUT = os.path.abspath(PATHS[0] if PATHS else ".")
 os.environ.update({env})
 os.environ["COMPILE_CI_CHECKOUT"] = CHECKOUT
-os.environ.setdefault("TORCH_LOGS", "output_code")
+if OUTPUT_CODE:  # opt-in: hundreds of lines between the failure and pytest's summary
+    os.environ["TORCH_LOGS"] = ",".join(filter(None, [os.environ.get("TORCH_LOGS"), "output_code"]))
 if {is_suite!r}:  # a built-in suite: compile-ci's own test file, run against your clone's [targets]
     import suites
 
@@ -202,3 +208,4 @@ def pytest_configure(config: pytest.Config) -> None:
         files = BackgroundFiles()
         config.pluginmanager.register(ArtifactWriter(Path(output), files), "compile-ci-artifacts")
         config.pluginmanager.register(ProgressWriter(Path(output), files), "compile-ci-progress")
+        config.pluginmanager.register(LogSections(config), "compile-ci-log-sections")

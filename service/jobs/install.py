@@ -12,12 +12,14 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from runners.job_log import append_text
 from runners.local import private_dir
 from runners.protocol import RunResult
 from service.config import Settings
@@ -25,7 +27,9 @@ from service.github.markdown import code_block
 from service.jobs.install_step import COPY_NAME, INSTALL_EXIT
 from service.jobs.lifecycle import Conclusion, Outcome
 from service.jobs.outcome import Attempt, read_json
+from service.wheel_store import WHEELS_FILE, sha256_of, store_wheel, wheel_path
 
+log = logging.getLogger(__name__)
 STEP_SOURCE = (Path(__file__).parent / "install_step.py").read_text()
 INSTALL_TITLE = "Install failed"
 PIP_TIMEOUT_S = 900
@@ -102,6 +106,35 @@ def _pip(stage: str, args: list[str], root: Path) -> None:
         raise InstallFailed(stage, _error_lines(proc.stdout))
 
 
+def record_wheels(out: Path, site: Path | None, requirements: tuple[str, ...], artifacts_dir: Path,
+                  repo_id: int) -> None:
+    """For `compile-ci repro`: the attempt's wheels.json (the requirements and the wheels the job's environment was
+    unpacked from) and each wheel in the repository's wheel store, where the pages serve it."""
+    wheels: list[dict[str, str | int]] = []
+    try:
+        if site is not None:
+            wheels = _wheel_list(site.parent)
+            for wheel in wheels:
+                store_wheel(site.parent / "wheelhouse" / str(wheel["name"]),
+                            wheel_path(artifacts_dir, repo_id, str(wheel["sha256"])))
+        (out / WHEELS_FILE).write_text(json.dumps({"requirements": list(requirements), "wheels": wheels}, indent=2))
+    except OSError as exc:  # a repro without the job's wheels is no reason to fail the job (the repro says so)
+        log.warning("the job's wheels were not recorded for repros: %s", exc)
+
+
+def _wheel_list(root: Path) -> list[dict[str, str | int]]:
+    """The environment's wheels with their sha256, hashed once per environment (its key never changes them)."""
+    listed = root / "wheels.json"
+    if listed.exists():
+        return list(json.loads(listed.read_text()))
+    wheels: list[dict[str, str | int]] = [{"name": w.name, "sha256": sha256_of(w), "size": w.stat().st_size}
+                                          for w in sorted((root / "wheelhouse").glob("*.whl"))]
+    partial = root / f"wheels.json.{os.getpid()}"
+    partial.write_text(json.dumps(wheels))
+    partial.replace(listed)
+    return wheels
+
+
 def _error_lines(output: str) -> list[str]:
     """pip's own complaint: its ERROR lines (and what follows them), not the progress chatter before."""
     lines = [line.rstrip() for line in output.splitlines() if line.strip()]
@@ -128,8 +161,8 @@ def source_roots(out: Path) -> list[str]:
 def failed_result(out: Path, exc: InstallFailed) -> RunResult:
     """A failure of the trusted half: recorded like the in-job half's, so the judge tells one story."""
     (out / "install.json").write_text(json.dumps({"ok": False, "stage": exc.stage, "lines": exc.lines}))
-    with open(out / "log.txt", "a") as log:
-        log.write("compile-ci: installing the [install] requirements failed:\n" + "\n".join(exc.lines) + "\n")
+    append_text(out / "log.txt",
+                "compile-ci: installing the [install] requirements failed:\n" + "\n".join(exc.lines) + "\n")
     return RunResult(INSTALL_EXIT, 0.0)
 
 

@@ -54,7 +54,8 @@ def main(argv):
         prefix = os.path.join(tmp, "compile-ci-prefix")
         pip_env = {**env, "PYTHONPATH": os.pathsep.join(path + [env.get("PYTHONPATH", "")]).strip(os.pathsep),
                    "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-        print("compile-ci: installing the checkout (pip install -e . --no-deps --no-index)", flush=True)
+        # A section of the log viewer, as the suites' plugin prints the next ones (suites/log_sections.py).
+        print("::group::Install the repository (pip install -e . --no-deps --no-index)", flush=True)
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--no-build-isolation",
              "--prefix", prefix, "-e", copy],
@@ -63,6 +64,7 @@ def main(argv):
         print(proc.stdout, end="", flush=True)
         if proc.returncode != 0:
             _fail("package", proc.stdout)
+        print("::endgroup::", flush=True)
         site_dirs.append(sysconfig.get_path("purelib", vars={"base": prefix, "platbase": prefix}))
         command = [arg.replace(checkout, copy) if arg.startswith(checkout) else arg for arg in command]
         env["COMPILE_CI_CHECKOUT"] = copy

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runners.compile_cache import CacheScope, trust_class
+from runners.job_log import TIMES_NAME, append_text
 from runners.protocol import RunResult, RunSpec
 from service.jobs import install, lifecycle
 from service.jobs.context import WorkerContext
@@ -113,7 +114,8 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
             checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
             spec = _spec(ctx, run, job, config, checkout, out)
             roots = [str(spec.checkout_dir), spec.env.get("COMPILE_CI_CHECKOUT", ""), *install.source_roots(out)]
-            (out / "log.txt").write_text(f"$ {' '.join(install.shown(spec.command))}\n")
+            append_text(out / "log.txt", f"$ {' '.join(install.shown(spec.command))}\n")
+            install.record_wheels(out, spec.deps_dir, config.requirements, ctx.settings.artifacts_dir, run.repo_id)
             result = ctx.runner.run(spec, _Watch(ctx, job, lease, out))
         except install.InstallFailed as exc:  # the PR's requirements, not the service: no retry
             result = install.failed_result(out, exc)
@@ -128,7 +130,8 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
 
 def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: Path, out: Path) -> RunSpec:
     # Worker paths throughout: LocalRunner uses them as they are, DockerRunner maps them to its mounts.
-    pytest = [ctx.runner.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
+    # -v: each test's id as it starts (the log shows what is running), not a row of dots.
+    pytest = [ctx.runner.python, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "suites.plugin",
               "-o", "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}"]
     if job.suite == "repo":
         command = [*pytest, "--rootdir", str(checkout), *(str(checkout / p) for p in config.repo_tests)]
@@ -181,6 +184,8 @@ def artifact_index(out: Path) -> list[tuple[str, int]]:
     found = []
     for root, _dirs, files in os.walk(out):
         for name in files:
+            if root == str(out) and name == TIMES_NAME:  # the log viewer's index of log.txt, not an artifact
+                continue
             info = os.lstat(os.path.join(root, name))
             found.append((os.path.relpath(os.path.join(root, name), out), info.st_size))
     return sorted(found)

@@ -92,8 +92,14 @@ def seed_job(settings: Settings, store: Store, run: Run, tests: list[SeededTest]
     return store.get_job(job.id) or job
 
 
-def write_log(path: Path, size: int) -> None:
-    """A pytest-like log with ANSI colours, `size` bytes (written in 1 MiB blocks, so 50 MB takes no time)."""
+def write_log(path: Path, size: int, times: bool = True) -> None:
+    """A pytest-like log with ANSI colours, `size` bytes (written in 1 MiB blocks, so 50 MB takes no time), and the
+    worker's times beside it (a write every 4 KiB, 100 ms apart: a job printing fast)."""
+    from runners.job_log import TIME_RECORD, TIMES_NAME
+
+    if times:
+        path.with_name(TIMES_NAME).write_bytes(b"".join(
+            TIME_RECORD.pack(offset, 1_767_323_045_000 + offset // 4096 * 100) for offset in range(0, size, 4096)))
     head = "\x1b[1m============ test session starts ============\x1b[0m\ncollecting ... collected 2000 items\n"
     line = "correctness/test_correctness.py::test_case[{:06d}] \x1b[32mPASSED\x1b[0m {:>3d}%\n"
     block = "".join(line.format(i, i % 100) for i in range(12_000)).encode()
@@ -111,3 +117,42 @@ def many_tests(count: int, failing_every: int = 100) -> list[SeededTest]:
     return [SeededTest(f"correctness/test_correctness.py::test_case[{i:06d}]",
                        "failed" if i % failing_every == 7 else "passed", 0.1 + (i % 13) / 10, 0.3 + (i % 7) / 10)
             for i in range(count)]
+
+
+def write_job_log(out: Path, started_ms: int, tests: int = 40, failing: int = 7) -> list[str]:
+    """A job's log as the worker leaves it (log.txt and its log.times sidecar): the command, the install, collect,
+    test and results sections the install step and the suites' plugin mark, each test's id as it ran. Times: the
+    install takes 12 s, collection 3 s, each test 1 s. Returns the lines."""
+    from runners.job_log import TimeStamps
+
+    timed: list[tuple[float, str]] = [
+        (0.0, "$ python -m pytest -v -p no:cacheprovider -p suites.plugin correctness"),
+        (0.5, "::group::Install the repository (pip install -e . --no-deps --no-index)"),
+        (0.6, "Obtaining file:///tmp/compile-ci-src"), (11.9, "Successfully installed widgets-0.1"),
+        (12.0, "::endgroup::"), (12.0, "::group::Collect tests"),
+        (12.1, f"\x1b[1m{_rule('test session starts')}\x1b[0m"),
+        (12.1, "platform linux -- Python 3.11.2, pytest-8.3.4"), (15.0, f"collecting ... collected {tests} items"),
+        (15.0, "::group::Run tests"),
+    ]
+    for i in range(tests):
+        outcome = "\x1b[31mFAILED\x1b[0m" if i == failing else "\x1b[32mPASSED\x1b[0m"
+        percent = (i + 1) * 100 // tests
+        timed.append((15.0 + i, f"correctness/test_correctness.py::test_case[{i}] {outcome} [{percent:3d}%]"))
+    end = 15.0 + tests
+    timed += [(end, "::group::Results"), (end, _rule("FAILURES")),
+              (end, f"____ test_case[{failing}] ____"), (end, "E       AssertionError: compiled result differs"),
+              (end, _rule("warnings summary")), *[(end, f"DeprecationWarning {i}") for i in range(30)],
+              (end, _rule("short test summary info")),
+              (end, f"FAILED correctness/test_correctness.py::test_case[{failing}] - AssertionError"),
+              (end + 0.4, _rule(f"1 failed, {tests - 1} passed in {tests}.00s"))]
+    stamps = TimeStamps(out / "log.txt")
+    with open(out / "log.txt", "wb") as log:
+        for seconds, line in timed:
+            stamps.stamp(log.tell(), started_ms + int(seconds * 1000))
+            log.write(line.encode() + b"\n")
+    stamps.close()
+    return [line for _seconds, line in timed]
+
+
+def _rule(title: str) -> str:
+    return f" {title} ".center(80, "=")

@@ -1,6 +1,6 @@
 """What a maintainer sees in headless Chromium at a desktop (1280 px) and a phone (390 px) width: no page wider
-than the screen, long messages wrapped, wide tables scrolling in their own box; the log viewer's folding, ranges
-and search; each attempt's own page. Screenshots land in var/test-artifacts/screenshots/ (the README's)."""
+than the screen, long messages wrapped, wide tables scrolling in their own box; each attempt's own page (the log
+viewer: test_log_viewer.py). Screenshots land in var/test-artifacts/screenshots/ (the README's)."""
 
 from __future__ import annotations
 
@@ -81,43 +81,6 @@ def test_job_and_test_pages_fit_the_screen(live: Settings, chromium: sync_api.Br
     assert "compile time\t1.46 s" in metrics and "duration_s" not in metrics
     sync_api.expect(page.locator(".chart-words")).to_contain_text("Only one run so far")  # no one-dot chart
     shoot(page, f"test-page-{width}")
-
-
-@pytest.mark.parametrize("width", WIDTHS)
-def test_log_viewer_lines_sections_ranges_and_search(live: Settings, chromium: sync_api.Browser, width: int) -> None:
-    store = Store(live.database_url)
-    run = seed_run(store, repo="octo/logs", pr=6)
-    job = seed_job(live, store, run, [SeededTest("t.py::test_ok")])
-    log = live.artifacts_dir / run.id / job.id / "1" / "log.txt"
-    body = ["===== test session starts =====", "collected 40 items", *[f"t.py::test_{i} PASSED" for i in range(40)],
-            "===== warnings summary =====", *[f"DeprecationWarning {i}" for i in range(30)],
-            "===== short test summary info =====", "FAILED t.py::test_7 - " + "x" * 400, "===== 1 failed ====="]
-    log.write_text("\n".join(body) + "\n")
-    page = page_at(chromium, width)
-    page.goto(f"{live.public_url}/jobs/{job.id}/log?page=1#L10-L20")
-    selected = page.locator("#log .l.sel")
-    sync_api.expect(selected).to_have_count(11)
-    assert overflow(page) <= 0
-    one, two = (page.locator(f"#L{n}").bounding_box() for n in (3, 4))
-    assert one and two and abs((two["y"] - one["y"]) - one["height"]) < 1  # no blank line between log lines
-    assert one["height"] < 30
-
-    warnings = page.locator("details.section", has=page.locator("#L43"))
-    assert warnings.get_attribute("open") is None  # the warnings summary starts folded
-    assert not page.locator("#L50").is_visible()
-    page.locator("#L43 span").first.click()
-    sync_api.expect(page.locator("#L50")).to_be_visible()
-    page.locator("#L2 a.n").click()
-    page.locator("#L5 a.n").click(modifiers=["Shift"])
-    assert page.evaluate("location.hash") == "#L2-L5"
-    sync_api.expect(selected).to_have_count(4)
-    shoot(page, f"log-page-{width}")
-
-    page.locator("input[name=q]").fill("TEST_7 passed")  # either case
-    page.locator("input[name=q]").press("Enter")
-    sync_api.expect(page.locator("#search-summary")).to_contain_text("1 line containing TEST_7 passed")
-    page.locator("#log a.n").first.click()  # to the line in the whole log
-    sync_api.expect(page.locator("#L10.sel")).to_be_visible()
 
 
 def test_each_attempt_has_its_own_page_listing_the_others(live: Settings, chromium: sync_api.Browser) -> None:

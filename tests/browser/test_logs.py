@@ -1,14 +1,20 @@
-"""Reading logs by line without loading them: pages, tail, live chunks, ANSI colours, across 1 MiB blocks."""
+"""Reading logs by line without loading them: pages, tail, live chunks, ANSI colours, across 1 MiB blocks; the
+job's sections and each line's time; find's line numbers."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+from flask.testing import FlaskClient
 
+from runners import job_log
+from service.config import Settings
+from service.store import Store
 from service.web.browser import log_pages, log_search, logs
 from service.web.browser.ansi import AnsiState, line_to_html
-from tests.browser.seed import write_log
+from tests.browser.seed import SeededTest, seed_job, seed_run, write_job_log, write_log
 
 
 @pytest.fixture
@@ -108,3 +114,112 @@ def test_pytest_sections_fold_and_the_warnings_summary_starts_folded(tmp_path: P
     assert [(s.title, [line.number for line in s.lines], s.folded) for s in sections] == [
         ("", [1], False), ("test session starts", [3, 4], False), ("warnings summary", [6], True),
         ("short test summary info", [8], False)]
+
+
+MARKED = (b"$ pytest\n::group::Install the repository\npip output\n::endgroup::\n::group::Collect tests\n"
+          b"collected 3 items\n::group::Run tests\n" + b"".join(b"t.py::test_%d PASSED\n" % i for i in range(20))
+          + b"::group::Results\n== 20 passed ==\n")
+
+
+@pytest.mark.usefixtures("small_blocks")
+def test_section_markers_are_indexed_across_blocks_and_as_the_log_grows(tmp_path: Path) -> None:
+    path = tmp_path / "log.txt"
+    path.write_bytes(MARKED[:150])  # the log of a running job, cut inside the test lines
+    index = logs.line_index(path)
+    assert [(m.line, m.title) for m in index.marks] == [
+        (1, "Install the repository"), (3, None), (4, "Collect tests"), (6, "Run tests")]
+    with open(path, "ab") as handle:
+        handle.write(MARKED[150:])
+    index = logs.line_index(path)
+    assert [(m.line, m.title) for m in index.marks][-1] == (27, "Results")
+    assert all(path.read_bytes()[m.offset:].startswith(b"::") for m in index.marks)
+    # A marker only counts at the start of a line; a 64-byte block boundary inside one is no matter.
+    for shift in range(64):
+        logs._cache.clear()
+        path.write_bytes(b"x" * shift + b"\nnot ::group::a marker\n::group::" + b"t" * 100 + b"\n")
+        assert [(m.line, m.title) for m in logs.line_index(path).marks] == [(2, "t" * 100)], shift
+
+
+def test_a_marker_flood_is_capped_and_titles_stay_text(tmp_path: Path, client: FlaskClient, settings: Settings,
+                                                      store: Store) -> None:
+    job = seed_job(settings, store, seed_run(store), [SeededTest("t.py::test_ok")])
+    path = settings.artifacts_dir / job.run_id / job.id / "1" / "log.txt"
+    path.write_bytes(b"::group::<img src=x onerror=alert(1)>\x1b[31m\x07\n" + b"::group::again\n" * 5000)
+    assert len(logs.line_index(path).marks) == logs.MAX_MARKS
+    page = client.get(f"/jobs/{job.id}/log?page=1").get_data(as_text=True)
+    assert "&lt;img src=x onerror=alert(1)&gt;</span>" in page and "<img" not in page
+
+
+def test_each_section_knows_where_it_started_and_how_long_it_took(settings: Settings, store: Store) -> None:
+    job = seed_job(settings, store, seed_run(store), [SeededTest("t.py::test_ok")])
+    out = settings.artifacts_dir / job.run_id / job.id / "1"
+    write_job_log(out, 1_767_323_045_000, tests=1200, failing=1100)
+    path = out / "log.txt"
+    index = logs.line_index(path)
+    first = log_pages.groups(logs.page(path, 1), index, out, finished=True)
+    assert [(g.title, g.took, g.folded, g.header.number if g.header else None) for g in first] == [
+        ("", "", False, None), ("Install the repository (pip install -e . --no-deps --no-index)", "12 s", True, 2),
+        ("Collect tests", "3.0 s", True, 6), ("Run tests", "20 m 00 s", False, 10)]
+    second = log_pages.groups(logs.page(path, 2), index, out, finished=True)
+    assert [(g.title, g.continued, g.took) for g in second] == [
+        ("Run tests", True, "20 m 00 s"), ("Results", False, "0.4 s")]
+    assert [s.title for s in second[1].sections] == ["FAILURES", "warnings summary", "short test summary info",
+                                                     "1 failed, 1199 passed in 1200.00s"]
+    running = log_pages.groups(logs.page(path, 2), index, out, finished=False)
+    assert running[-1].took == ""  # the last section of a running job has no end yet
+    # The log ends in the install (it failed there): that section is where to look, so it stays open.
+    path.write_bytes(b"$ pytest\n::group::Install the repository\nERROR: no build backend\n")
+    logs._cache.clear()
+    (install,) = [g for g in log_pages.groups(logs.page(path, 1), logs.line_index(path), out, True) if g.title]
+    assert install.title == "Install the repository" and not install.folded
+
+
+def test_the_worker_writes_the_raw_log_plain_and_its_times_beside_it(tmp_path: Path) -> None:
+    chunks = [b"$ pytest\n", b"t.py::test_a ", b"PASSED\nt.py::test_b ", b"FAILED\n"]
+    before = job_log.now_ms()
+    with job_log.LogSink(tmp_path / "log.txt", limit=1 << 20) as sink:
+        for chunk in chunks:
+            sink.write(chunk)
+    assert (tmp_path / "log.txt").read_bytes() == b"".join(chunks)  # the download: exactly what the job printed
+    lines = logs.page(tmp_path / "log.txt", 1)
+    assert [line.number for line in lines] == [1, 2, 3] and all(line.at is not None for line in lines)
+    assert before <= lines[0].at <= lines[-1].at <= job_log.now_ms()  # type: ignore[operator]
+    tail, _size, _cut = logs.tail(tmp_path / "log.txt", 1 << 20)  # the job page's live view has them too
+    live, _offset = logs.chunk_from(tmp_path / "log.txt", 0, 1 << 20, final=True)
+    assert [line.at for line in tail] == [line.at for line in live] == [line.at for line in lines]
+
+
+@pytest.mark.parametrize("planted", ["link", "fifo", "garbage", "backwards"])
+def test_a_sidecar_the_job_planted_gives_no_time_or_a_plausible_one(tmp_path: Path, planted: str) -> None:
+    """Older attempts' directories hold what their jobs left, a `log.times` among them."""
+    (tmp_path / "log.txt").write_bytes(b"one\ntwo\nthree\n")
+    times = tmp_path / "log.times"
+    record = job_log.TIME_RECORD.pack
+    if planted == "link":
+        (tmp_path / "elsewhere").write_bytes(record(0, 1_767_323_045_000))
+        times.symlink_to(tmp_path / "elsewhere")
+    elif planted == "fifo":
+        os.mkfifo(times)
+    elif planted == "garbage":
+        times.write_bytes(b"\xff" * 16 * 1000 + b"\x01")
+    else:
+        times.write_bytes(record(4, 1_767_323_045_000) + record(0, 1_767_323_046_000) + record(8, 1))
+    at = [line.at for line in logs.page(tmp_path / "log.txt", 1)]
+    if planted == "backwards":  # read up to where the records stop making sense: a time it wrote, or none
+        assert all(a in (None, 1_767_323_045_000, 1_767_323_046_000) for a in at) and 1 not in at
+    else:
+        assert at == [None] * 3
+
+
+def test_find_lists_line_numbers_and_a_search_result_opens_highlighted(client: FlaskClient, settings: Settings,
+                                                                       store: Store) -> None:
+    job = seed_job(settings, store, seed_run(store), [SeededTest("t.py::test_ok")])
+    out = settings.artifacts_dir / job.run_id / job.id / "1"
+    write_job_log(out, 1_767_323_045_000, tests=1200, failing=1100)
+    hits = client.get(f"/jobs/{job.id}/log/hits?q=TEST_CASE%5B1100%5D").get_json()
+    assert hits == {"lines": [1111, 1213, 1247], "complete": True, "per_page": 1000}
+    assert client.get(f"/jobs/{job.id}/attempts/1/log/hits?q=").get_json()["lines"] == []
+    answer = client.get(f"/jobs/{job.id}/log?q=a%26b%23c&line=1111")
+    assert answer.status_code == 302 and answer.location == f"/jobs/{job.id}/log?page=2&q=a%26b%23c#L1111"
+    search = client.get(f"/jobs/{job.id}/log/search?q=test_case%5B1100%5D").get_data(as_text=True)
+    assert f'href="/jobs/{job.id}/log?q=test_case%5B1100%5D&amp;line=1111"' in search

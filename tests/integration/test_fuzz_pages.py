@@ -24,8 +24,9 @@ FUZZ = fuzz_settings(max_examples=150, derandomize=True, database=None, deadline
 ROUTES = ["/", "/runs/{run}", "/jobs/{job}", "/jobs/{job}/artifacts", "/jobs/{job}/log", "/jobs/{job}/log/live",
           "/jobs/{job}/files/{path}", "/jobs/{job}/download.zip", "/jobs/{job}/tests/{name}",
           "/jobs/{job}/tests/{name}/diff", "/status", "/login",
-          "/oauth/callback", "/webhook"]
-QUERY_KEYS = ["page", "line", "offset", "pr", "repo", "branch", "sha", "status", "next", "state", "code"]
+          "/oauth/callback", "/webhook", "/jobs/{job}/log/hits", "/jobs/{job}/log/search", "/jobs/{job}/repro.json",
+          "/jobs/{job}/wheels/{name}"]
+QUERY_KEYS = ["page", "line", "offset", "pr", "repo", "branch", "sha", "status", "next", "state", "code", "q"]
 
 
 @pytest.fixture

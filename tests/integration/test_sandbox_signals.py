@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -34,9 +36,13 @@ def processes_of(root: Path) -> list[str]:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_a_signal_stops_the_sandbox_and_every_process_it_started(tmp_path: Path, sig: signal.Signals) -> None:
+    """With SIGHUP, the sandbox also makes its own directory (no --dir), as a first run does: it says where the
+    check runs and comments are, shows the base run's jobs, and removes that directory when stopped."""
+    own_dir = sig == signal.SIGHUP
     root = tmp_path / "sandbox"
-    env = {**os.environ, "COMPILE_CI_RUNNER": "local", "PYTHONUNBUFFERED": "1"}
-    sandbox = subprocess.Popen([sys.executable, "-m", "service.cli", "sandbox", "--dir", str(root)],
+    env = {**os.environ, "COMPILE_CI_RUNNER": "local", "PYTHONUNBUFFERED": "1", "TMPDIR": str(tmp_path)}
+    sandbox = subprocess.Popen([sys.executable, "-m", "service.cli", "sandbox", *([] if own_dir else
+                                                                                    ["--dir", str(root)])],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
     seen: list[str] = []
     try:
@@ -44,10 +50,21 @@ def test_a_signal_stops_the_sandbox_and_every_process_it_started(tmp_path: Path,
         deadline = time.monotonic() + 180
         for line in sandbox.stdout:  # progress lines appear while the jobs run
             seen.append(line)
-            if "correctness (cpu)" in line and "] PR #" in line and time.monotonic() < deadline:
+            if line.startswith("compile-ci sandbox in "):
+                root = Path(line.removeprefix("compile-ci sandbox in ").strip())
+            if any("] PR #" in s and "correctness (cpu)" in s for s in seen) and (
+                    not own_dir or any("] base " in s for s in seen)) or time.monotonic() > deadline:
                 break
         assert any("] PR #" in line for line in seen), "".join(seen)
         assert processes_of(root), "the stack is running"
+        if own_dir:
+            assert root.parent == tmp_path and root.name.startswith("compile-ci-sandbox-")
+            base = next(line for line in seen if "] base " in line)
+            assert "correctness (cpu)" in base and any(state in base for state in ("queued", "running")), base
+            for kind in ("check runs as the App wrote them", "pull request comments"):
+                url = next(line for line in seen if kind in line).split()[-1]
+                with urllib.request.urlopen(url, timeout=10) as answer:  # where a maintainer is told to look
+                    assert isinstance(json.loads(answer.read()), list), url
         sandbox.send_signal(sig)
         rest, _ = sandbox.communicate(timeout=120)
     finally:
@@ -57,3 +74,5 @@ def test_a_signal_stops_the_sandbox_and_every_process_it_started(tmp_path: Path,
     assert sandbox.returncode == 128 + sig, "".join(seen) + rest
     left = processes_of(root)
     assert left == [], left
+    if own_dir:
+        assert not root.exists() and f"Removed {root}." in rest, rest

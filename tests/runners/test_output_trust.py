@@ -25,6 +25,7 @@ PLANT = """
     os.mkfifo(os.path.join(out, "progress.json"))
     socket.socket(socket.AF_UNIX).bind(os.path.join(out, "sock"))
     open(os.path.join(out, "log.txt"), "w").write("a log the job made up")
+    open(os.path.join(out, "log.times"), "wb").write(b"\\xff" * 32)
     print("planted", flush=True)
 """
 
@@ -42,7 +43,8 @@ def test_links_fifos_and_sockets_are_named_never_followed(runner: Runner, tmp_pa
     assert result.exit_code == 0 and time.monotonic() - started < 60  # a FIFO made nobody wait
     out = tmp_path / "out"
     assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()) == [
-        "log.txt", "tests/t1/output_code_0.py"]
+        "log.times", "log.txt", "tests/t1/output_code_0.py"]
+    assert b"\xff" * 16 not in (out / "log.times").read_bytes()  # the worker's times, not the job's
     assert not any(p.is_symlink() or not (p.is_file() or p.is_dir()) for p in out.rglob("*"))
     assert SECRET not in _everything_in(out) and "root:" not in _everything_in(out)
     assert "planted" in (out / "log.txt").read_text() and "made up" not in (out / "log.txt").read_text()
@@ -51,7 +53,7 @@ def test_links_fifos_and_sockets_are_named_never_followed(runner: Runner, tmp_pa
         "junit.xml": "a symbolic link", "environment.json": "a symbolic link", "meta.json": "a name the service "
         "writes itself", "tests/t1/repro.py": "a symbolic link", "tests/t2": "a symbolic link",
         "tests/t1/metrics.json": "a FIFO", "progress.json": "a FIFO", "sock": "a socket", "log.txt": "a name the "
-        "service writes itself"}
+        "service writes itself", "log.times": "a name the service writes itself"}
     if runner.name == "docker":
         del expected["sock"]  # the engine's archive leaves sockets out altogether
     assert {name: reason.split(" (")[0] for name, reason in result.output.problems} == expected

@@ -39,6 +39,7 @@ def plant(job: Path, secret: Path) -> None:
     with socket.socket(socket.AF_UNIX) as sock:
         sock.bind(str(job / "sock"))
     (job / "log.txt").write_text("a log the job made up")
+    (job / "log.times").write_bytes(b"\xff" * 32)  # times the job made up for the worker's log
     (job / "line\nbreak.txt").write_text("x")
 
 
@@ -54,8 +55,9 @@ def test_a_directory_copy_keeps_regular_files_and_names_the_rest(tmp_path: Path,
         "junit.xml": "a symbolic link (not read)", "environment.json": "a symbolic link (not read)",
         "tests/t2": "a symbolic link (not read)", "tests/t1/repro.py": "a symbolic link (not read)",
         "tests/t1/metrics.json": "a FIFO (not read)", "sock": "a socket (not read)",
-        "log.txt": "a name the service writes itself", "line\\x0abreak.txt": "a name that is not a plain file name"}
-    assert (report.files, report.problem_count, report.over_quota) == (1, 8, False)
+        "log.txt": "a name the service writes itself", "log.times": "a name the service writes itself",
+        "line\\x0abreak.txt": "a name that is not a plain file name"}
+    assert (report.files, report.problem_count, report.over_quota) == (1, 9, False)
 
 
 def _tar(entries: list[tarfile.TarInfo], data: dict[str, bytes], top: str = "out") -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 import time
 import urllib.request
@@ -15,9 +16,11 @@ from service.devkit.sandbox.declared import FULL_NAME as DECLARED_NAME
 from service.devkit.sandbox.declared import SUITES as DECLARED_SUITES
 from service.devkit.sandbox.declared import generated_code_summary, open_declared_pull_request, save_pages
 from service.devkit.sandbox.deliveries import pull_request_event, signed
+from service.devkit.sandbox.progress import Progress, comments_of, where_to_look
 from service.devkit.sandbox.sample_index import write_sample_index
 from service.devkit.sandbox.sample_repo import SampleRepo, create_sample_repo
 from service.devkit.sandbox.stack import INSTALLATION_ID, Stack
+from service.store import Store
 
 FULL_NAME = "sandbox/model-zoo"
 REPO_ID = 700001
@@ -79,25 +82,6 @@ def open_sample_pull_requests(
     return repo, pulls
 
 
-class Progress:
-    """One line per change of a check run (status, conclusion or title), so minutes of jobs are not silence."""
-
-    def __init__(self, pulls: dict[str, int], started: float) -> None:
-        self.pulls = pulls
-        self.started = started
-        self.seen: dict[int, tuple[str, str, str]] = {}
-
-    def show(self, check_runs: list[dict[str, Any]]) -> None:
-        for run in sorted(check_runs, key=lambda r: r["id"]):
-            now = (run["status"], run["conclusion"] or "", run["output"].get("title") or "")
-            if self.seen.get(run["id"]) == now:
-                continue
-            self.seen[run["id"]] = now
-            where = f"PR #{self.pulls.get(run['head_sha'], '?')}  {run['name']:<22}"
-            print(f"  [{time.monotonic() - self.started:4.0f} s] {where} {now[1] or now[0]:<11} {now[2]}",
-                  flush=True)
-
-
 def wait_for_check_runs(stack: Stack, count: int, timeout_s: float, progress: Progress | None = None,
                         repos: tuple[str, ...] = (FULL_NAME,)) -> list[dict[str, Any]]:
     def every_run() -> list[dict[str, Any]]:
@@ -117,8 +101,38 @@ def wait_for_check_runs(stack: Stack, count: int, timeout_s: float, progress: Pr
 def run_sandbox(root: Path | None = None, keep_running: bool = False, timeout_s: float = 900.0,
                 devices: str = "cpu", cuda_workers: int = 1, declared: bool = False) -> int:
     """`devices`: what this sandbox has workers for ("cpu" or "cpu,cuda"; cuda needs a GPU host). `declared`: also
-    the declared-targets sample through all six suites, on cuda when the sandbox has it."""
+    the declared-targets sample through all six suites, on cuda when the sandbox has it. A directory it made itself
+    is removed at the end, unless something went wrong (then its processes' logs are what to read)."""
+    made = root is None
     root = root or Path(tempfile.mkdtemp(prefix="compile-ci-sandbox-"))
+    outcome = "crashed"
+    try:
+        ok = _sandbox(root, keep_running, timeout_s, devices, cuda_workers, declared)
+        outcome = "ok" if ok else "unexpected"
+        return 0 if ok else 1
+    except (KeyboardInterrupt, SystemExit):
+        outcome = "stopped"
+        raise
+    finally:
+        if made:
+            _tidy(root, keep=outcome in ("crashed", "unexpected"))
+        elif outcome != "stopped":
+            print(f"Logs of every process are in {root}.")
+
+
+def _tidy(root: Path, keep: bool) -> None:
+    if keep:
+        print(f"Kept {root}: the logs of every process are there (remove it when done).", flush=True)
+        return
+    shutil.rmtree(root, ignore_errors=True)
+    if root.exists():  # files a runner's user wrote (a job container's cache) that this user may not remove
+        print(f"Could not remove all of {root} (files of another user): remove it with sudo.", flush=True)
+    else:
+        print(f"Removed {root}.", flush=True)
+
+
+def _sandbox(root: Path, keep_running: bool, timeout_s: float, devices: str, cuda_workers: int,
+             declared: bool) -> bool:
     started = time.monotonic()
     has_cuda = "cuda" in devices.split(",")
     print(f"compile-ci sandbox in {root}", flush=True)
@@ -129,10 +143,15 @@ def run_sandbox(root: Path | None = None, keep_running: bool = False, timeout_s:
         declared_repo = open_declared_pull_request(stack, declared_device, post_webhook) if declared else None
         if declared_repo is not None:
             pulls[declared_repo.head_sha] = 3
-        print("\nCheck runs as they change:", flush=True)
         repos = (FULL_NAME, DECLARED_NAME) if declared else (FULL_NAME,)
+        print("\nWhere to look, while it runs" + (" (and after: --keep-running)" if keep_running else
+                                                   " (--keep-running keeps them up after)") + ":")
+        print("\n".join(where_to_look(stack.web_url, stack.emulator.url, repos)))
+        print("\nCheck runs as they change, and the base runs the comparison needs (no check run of their own):",
+              flush=True)
         expected = CHECK_RUNS + (len(DECLARED_SUITES) if declared else 0)
-        check_runs = wait_for_check_runs(stack, expected, timeout_s, Progress(pulls, started), repos)
+        progress = Progress(pulls, started, Store(stack.env()["COMPILE_CI_DATABASE_URL"]))
+        check_runs = wait_for_check_runs(stack, expected, timeout_s, progress, repos)
         print("\nCheck runs on GitHub (emulated):")
         print_check_runs(check_runs, pulls)
         ok = _as_expected(check_runs, repo.good_sha, repo.buggy_sha, ("cpu", "cuda") if has_cuda else ("cpu",))
@@ -147,13 +166,15 @@ def run_sandbox(root: Path | None = None, keep_running: bool = False, timeout_s:
             if device == "cuda" or declared:
                 for line in save_pages(stack.web_url, check_runs, device, stack.root / "pages"):
                     print(f"  {line}")
+        comments = [line for name in repos for line in comments_of(stack.emulator.comments, name)]
+        if comments:
+            print("\nThe pull requests' comments (as GitHub would render this markdown):\n" + "\n".join(comments))
         what = "PR #1 passes (suites, own tests), PR #2 fails on its buggy model"
         if has_cuda:
             what += ", on cpu and on cuda"
         if declared_repo is not None:
             what += f"; the declared targets pass all six suites on {declared_device}"
-        print(f"\n{'OK' if ok else 'UNEXPECTED'}: {what} ({time.monotonic() - started:.0f} s). "
-              f"Logs of every process are in {root}.")
+        print(f"\n{'OK' if ok else 'UNEXPECTED'}: {what} ({time.monotonic() - started:.0f} s).", flush=True)
         if keep_running:
             print(f"Browse {stack.web_url}/ ; Ctrl-C (or SIGTERM, SIGHUP) stops everything.", flush=True)
             try:
@@ -161,7 +182,7 @@ def run_sandbox(root: Path | None = None, keep_running: bool = False, timeout_s:
                     time.sleep(3600)
             except KeyboardInterrupt:
                 pass
-    return 0 if ok else 1
+    return ok
 
 
 def _as_expected(check_runs: list[dict[str, Any]], good_sha: str, buggy_sha: str,

@@ -70,6 +70,7 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
     formatter = HtmlFormatter(linenos="table", cssclass="code")
     codes = [(path.name, *_highlighted(path, formatter)) for path in code_paths(folder)] if folder else []
     repro = _repro(folder) if folder is not None else ""
+    public_url = wiring().settings.public_url  # the address the developer's compile-ci repro reaches
     chart, points = _history_chart(run, job, nodeid)
     across = results_across_runs(wiring().store, run.repo_full_name, job.suite, job.device, [nodeid], limit=100)
     return render_template("test.html", run=run, job=job, name=name, nodeid=nodeid, codes=codes, outcome=outcome,
@@ -78,6 +79,7 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
                            repro=repro, chart=chart, points=points, across=summarize(across, run.pr_number),
                            known=known_flaky(across, utcnow(), exclude_pr=run.pr_number).get(nodeid),
                            history=history_url(run.repo_id, job.suite, job.device, nodeid),
+                           repro_command=f"compile-ci repro {public_url.rstrip('/')}{job.base}/tests/{name}",
                            compare=f"{job.base}/tests/{name}/diff" if base_lookup.has_base(run) else "",
                            classification=base_lookup.classification_of(wiring().store, job.id, job.attempt, nodeid),
                            pygments_css=Markup(formatter.get_style_defs(".code")))
