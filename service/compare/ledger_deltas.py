@@ -44,7 +44,8 @@ class Delta:
         return f"×{self.head / self.base:.2f}"
 
 
-def _beyond_noise(before: float, after: float) -> bool:
+def beyond_noise(before: float, after: float) -> bool:
+    """A compile-time change at least TIME_FLOOR_S and TIME_FLOOR_RATIO, either way."""
     low, high = sorted((before, after))
     return high - low >= TIME_FLOOR_S and high >= TIME_FLOOR_RATIO * low
 
@@ -59,7 +60,7 @@ def deltas_of(nodeid: str, base: Ledger, head: Ledger, code_changed: bool) -> li
             found.append(Delta(nodeid, figure, before, after, reasons=tuple(reasons)))
     for figure in TIME_FIGURES:
         before, after = getattr(base, figure), getattr(head, figure)
-        if before is None or after is None or not _beyond_noise(before, after):
+        if before is None or after is None or not beyond_noise(before, after):
             continue
         if figure == "compile_time_s" and not times_comparable(base, head):
             continue

@@ -24,11 +24,11 @@ def _result(nodeid: str, **metrics: object) -> TestResult:
     return TestResult(nodeid=nodeid, outcome="passed", message="", metrics=metrics or None, file="t.py", line=1)
 
 
-def _judged(pairs: dict[str, tuple[dict, dict]], changed: tuple[str, ...] = (), budgets: Budgets = Budgets()
+def _judged(pairs: dict[str, tuple[dict, dict]], changed: tuple[str, ...] = (), budgets: Budgets | None = None
             ) -> Judgement:
     base = [_result(nodeid, **b) for nodeid, (b, _) in pairs.items()]
     head = [_result(nodeid, **h) for nodeid, (_, h) in pairs.items()]
-    return judge(head, base, READY, budgets, code_changed=lambda nodeid: nodeid in changed)
+    return judge(head, base, READY, budgets or Budgets(), code_changed=lambda nodeid: nodeid in changed)
 
 
 def _summary(judgement: Judgement) -> str:
