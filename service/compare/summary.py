@@ -87,7 +87,7 @@ def _ledger_lines(judgement: Judgement, test_url: Callable[[str], str]) -> list[
 def _time_note(judgement: Judgement) -> str:
     note = (f"Compile times are compared like for like only (base and head both cold or both warm from the FX-graph "
             f"cache); a change under {TIME_FLOOR_S:g} s or ×{TIME_FLOOR_RATIO:g} is noise and not listed. "
-            "Kernels and code size are listed only where the generated code changed.")
+            "Kernels and code size are listed only where the generated code differs from the base's.")
     if judgement.uncompared_times:
         pairs = sorted(judgement.uncompared_times.items(), key=lambda item: (-item[1], item[0]))
         said = ", ".join(f"{n} (base {base}, head {head})" for (base, head), n in pairs)
