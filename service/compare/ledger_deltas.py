@@ -11,8 +11,8 @@ GRAPH_FIGURES = ("graph_breaks", "recompiles")  # any change is a change: listed
 TIME_FIGURES = ("compile_time_s", "dynamo_time_s")
 SIZE_FIGURES = ("kernels_generated", "code_bytes")  # only where the generated code changed (else: counters, paths)
 # The noise floor of a compile time: a change is listed only when it is at least this many seconds AND this ratio
-# (either way). Two runs of the same commit, same cache state, on a busy 2-core host differed by up to 0.49 s warm
-# and 3 s (×2.7) cold in one test (README, "Ledger deltas").
+# (either way). Three warm runs of the same commit on a busy 2-core host differed by at most 0.27 s and ×1.40 in a
+# test; three cold ones by up to 2.9 s and ×2.7, when another job's load spiked (README, "Signal, not noise").
 TIME_FLOOR_S = 0.5
 TIME_FLOOR_RATIO = 1.5
 # What a change is measured against when the base is small: a relative change needs a denominator that is never
