@@ -22,7 +22,7 @@ _TOKENS = re.compile(
 )
 # Everything that opens Markdown or HTML inline; `_` only where it could emphasise (never inside a word).
 _INLINE = re.compile(r"[\\`*~\[\]<>&|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-_LINE_START = re.compile(r"[#+=-]|(?=\d{1,9}[.)])")  # headings, bullets, setext underlines; ordered items below
+_LINE_START = re.compile(r"[#+=:-]|(?=\d{1,9}[.)])")  # headings, bullets, setext underlines, table delimiter rows (:-)
 _RUN = re.compile(r"`+")
 _FENCE_OPEN = re.compile(r" {0,3}(`{3,})[^`]*")
 
