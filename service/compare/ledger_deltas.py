@@ -85,4 +85,4 @@ def uncompared_times(base: Ledger, head: Ledger) -> tuple[str, str] | None:
     """(base's cache state, head's) when both have a compile time that cannot be compared, else None."""
     if base.compile_time_s is None or head.compile_time_s is None or times_comparable(base, head):
         return None
-    return base.cache or "unknown", head.cache or "unknown"
+    return base.cache or "unrecorded", head.cache or "unrecorded"
