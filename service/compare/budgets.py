@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from service.compare.ledger import Ledger, new_reasons
+from service.compare.ledger import Ledger, new_reasons, times_comparable
 
 BUDGET_KEYS = ("new_graph_breaks", "new_recompiles", "compile_time_ratio", "compile_time_min_s")
 DEFAULT_COMPILE_TIME_MIN_S = 1.0
@@ -75,8 +75,9 @@ def violations(nodeid: str, base: Ledger, head: Ledger, budgets: Budgets) -> lis
         found.append(Violation(nodeid, figure, before, after, f"at most {allowed} new", tuple(reasons)))
     ratio = budgets.compile_time_ratio
     before_s, after_s = base.compile_time_s, head.compile_time_s
+    # A cold head against a warm base is no slowdown (nor the reverse a speed-up): judged like for like only.
     if ratio is not None and before_s and after_s is not None and after_s >= budgets.compile_time_min_s \
-            and after_s > ratio * before_s:
+            and after_s > ratio * before_s and times_comparable(base, head):
         found.append(Violation(nodeid, "compile_time_s", round(before_s, 3), round(after_s, 3),
                                f"at most ×{ratio:g} the base", (f"×{after_s / before_s:.2f}",)))
     return found

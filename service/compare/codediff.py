@@ -2,8 +2,9 @@
 
 Two runs of the same code under inductor differ in more than the code: the AOT graph counter depends on how many
 graphs the process compiled before (test order), Triton kernels name the cache file they were written to and the
-hash of the compiler build, paths hold a user name or a temporary folder. `normalise` removes those, so that
-`changed` says True only when the compiler's output changed. Pure functions: callers cap what they read.
+hash of the compiler build, paths hold a user name or a temporary folder, and a warm cache writes the same graphs
+in another order. `normalise` removes the first, `changed` compares graphs as a multiset, so that it says True only
+when the compiler's output changed. Pure functions: callers cap what they read.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
+from collections import Counter, defaultdict, deque
 from collections.abc import Sequence
 
 # (pattern, replacement), applied in order; each one names what varies between two runs of the same code.
@@ -51,10 +53,11 @@ def normalise(code: str) -> str:
 
 
 def changed(base_codes: Sequence[str], head_codes: Sequence[str]) -> bool:
-    """True if the head's generated code differs from the base's: a graph added or removed, or any code changed."""
-    if len(base_codes) != len(head_codes):
-        return True
-    return any(normalise(b) != normalise(h) for b, h in zip(base_codes, head_codes, strict=True))
+    """True if the head's generated code differs from the base's as a multiset of normalised graphs: a graph
+    added, removed or rewritten. The order they were written in is not compared: a cold compile writes a graph's
+    backward when the test runs it, a warm one loads it with its forward (AOT-autograd cache), and tests that
+    share compiled frames compile them in whichever order they run."""
+    return Counter(map(normalise, base_codes)) != Counter(map(normalise, head_codes))
 
 
 def _line_sets(codes: Sequence[str]) -> list[frozenset[str]]:
@@ -97,9 +100,33 @@ def _aligned(similarity: list[list[float]], n: int, m: int) -> list[tuple[int, i
 
 
 def match_graphs(base: Sequence[str], head: Sequence[str]) -> list[tuple[int | None, int | None]]:
-    """Pairs (base index, head index) in graph order; (i, None) a graph only the base compiled, (None, j) one
-    only the head compiled. Graphs pair by similarity in order; between two paired graphs, equally many unpaired
-    ones on each side pair up by position (the same graph, rewritten)."""
+    """Pairs (base index, head index) in the head's graph order; (i, None) a graph only the base compiled (after
+    the head graph paired with the base graph before it), (None, j) one only the head compiled.
+
+    Identical graphs (once normalised) pair first, wherever each side wrote them (see `changed`). The others pair
+    in order by similarity; between two such pairs, equally many unpaired ones on each side pair up by position
+    (the same graph, rewritten)."""
+    waiting: dict[str, deque[int]] = defaultdict(deque)
+    for i, code in enumerate(base):
+        waiting[normalise(code)].append(i)
+    same = {j: waiting[normalise(code)].popleft() for j, code in enumerate(head) if waiting[normalise(code)]}
+    paired_base = set(same.values())
+    rest_base = [i for i in range(len(base)) if i not in paired_base]
+    rest_head = [j for j in range(len(head)) if j not in same]
+    pairs: list[tuple[int | None, int | None]] = [(i, j) for j, i in same.items()]
+    pairs += [(None if b is None else rest_base[b], None if h is None else rest_head[h])
+              for b, h in _in_order([base[i] for i in rest_base], [head[j] for j in rest_head])]
+    after = {i: j for i, j in pairs if i is not None and j is not None}
+
+    def place(pair: tuple[int | None, int | None]) -> tuple[int, int, int]:
+        i, j = pair[0] or 0, pair[1]
+        return (j, 0, 0) if j is not None else (max((after[k] for k in after if k < i), default=-1), 1, i)
+
+    return sorted(pairs, key=place)
+
+
+def _in_order(base: Sequence[str], head: Sequence[str]) -> list[tuple[int | None, int | None]]:
+    """Graphs paired by similarity without crossing (graphs are compiled in program order), gaps by position."""
     pairs = _aligned(_similarities(base, head), len(base), len(head))
     result: list[tuple[int | None, int | None]] = []
     previous = (-1, -1)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from service.compare.job_verdict import JobVerdict
 from service.compare.judgement import BaseStatus, Judgement
 from service.compare.verdicts import Verdict
-from service.github.markdown import code_span, link, plain
+from service.github.markdown import code_span, link, plain, shorten
 
 MARKER = "<!-- compile-ci: the head's check runs against the base -->"
 MAX_LINES = 15  # per list
@@ -74,7 +74,7 @@ def _section(title: str, checks: list[CheckSummary],
     lines = ["", f"**{title}** ({len(entries)})", ""]
     for c, nodeid, said in entries[:MAX_LINES]:
         # What is said is ours around the job's words (dynamo's reasons): prose, with the job's words made inert.
-        text = plain(said[:300], inline=True)
+        text = plain(shorten(said, 300), inline=True)
         lines.append(f"- {plain(c.name, inline=True)}: {link(code_span(nodeid, limit=400), c.test_url(nodeid))}"
                      + (f" — {text}" if text else ""))
     if len(entries) > MAX_LINES:

@@ -10,6 +10,7 @@ from enum import StrEnum
 from service.compare.budgets import Budgets, Violation, violations
 from service.compare.history import KnownFlaky
 from service.compare.ledger import Ledger, ledger_of
+from service.compare.ledger_deltas import Delta, deltas_of, ranked, uncompared_times
 from service.compare.verdicts import RED, Verdict, classify
 from service.store import TestResult
 
@@ -53,25 +54,12 @@ class TestJudgement:
 
 
 @dataclass(frozen=True)
-class Delta:
-    nodeid: str
-    figure: str
-    base: float
-    head: float
-
-    @property
-    def weight(self) -> float:
-        """Graph breaks and recompiles first (any change matters), then relative changes of time and size."""
-        if self.figure in ("graph_breaks", "recompiles"):
-            return 1000.0 + abs(self.head - self.base)
-        return abs(self.head - self.base) / max(abs(self.base), 1e-9)
-
-
-@dataclass(frozen=True)
 class Judgement:
     base: BaseInfo
     tests: list[TestJudgement] = field(default_factory=list)
-    deltas: list[Delta] = field(default_factory=list)
+    deltas: list[Delta] = field(default_factory=list)  # ranked: graph breaks and recompiles first
+    # (base's cache state, head's) -> tests whose compile times were not compared (cold against warm, say)
+    uncompared_times: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def of(self, *verdicts: Verdict) -> list[TestJudgement]:
         return [t for t in self.tests if t.verdict in verdicts]
@@ -100,17 +88,13 @@ class Judgement:
         return bool(self.of(*shown) or self.violations or self.code_changed)
 
 
-LEDGER_FIGURES = ("graph_breaks", "recompiles", "compile_time_s", "kernels_generated", "code_bytes")
-MIN_TIME_DELTA_S = 0.05  # compile-time moves smaller than this are noise, not changes
-
-
 def judge(head: Sequence[TestResult], base: Sequence[TestResult] | None, info: BaseInfo, budgets: Budgets,
           code_changed: Callable[[str], bool] = lambda nodeid: False,
           flaky: Mapping[str, KnownFlaky] | None = None) -> Judgement:
     """Every head test's verdict; with no usable base (`base` None), each is judged as without comparison.
     `flaky`: the known-flaky tests (service/compare/history.py), whose failures are warnings, not red."""
     by_id = {r.nodeid: r for r in base or ()}
-    tests, deltas = [], []
+    tests, deltas, uncompared = [], [], Counter[tuple[str, str]]()
     for result in head:
         head_ledger = ledger_of(result.metrics)
         other = by_id.get(result.nodeid)
@@ -127,18 +111,8 @@ def judge(head: Sequence[TestResult], base: Sequence[TestResult] | None, info: B
         changed = result.outcome not in ("skipped",) and code_changed(result.nodeid)
         tests.append(TestJudgement(result.nodeid, verdict, head_ledger, base_ledger, found, changed, result.message,
                                    known))
-        deltas += _deltas(result.nodeid, base_ledger, head_ledger)
-    deltas.sort(key=lambda d: (-d.weight, d.nodeid, d.figure))
-    return Judgement(info, tests, deltas)
-
-
-def _deltas(nodeid: str, base: Ledger, head: Ledger) -> list[Delta]:
-    found = []
-    for figure in LEDGER_FIGURES:
-        before, after = getattr(base, figure), getattr(head, figure)
-        if before is None or after is None or before == after:
-            continue
-        if figure == "compile_time_s" and abs(after - before) < MIN_TIME_DELTA_S:
-            continue
-        found.append(Delta(nodeid, figure, before, after))
-    return found
+        deltas += deltas_of(result.nodeid, base_ledger, head_ledger, changed)
+        states = uncompared_times(base_ledger, head_ledger)
+        if states is not None:
+            uncompared[states] += 1
+    return Judgement(info, tests, ranked(deltas), uncompared)

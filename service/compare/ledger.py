@@ -23,9 +23,31 @@ class Ledger:
     graph_break_reasons: tuple[str, ...] = ()
     recompile_reasons: tuple[str, ...] = ()
     reruns: tuple[str, ...] = ()  # outcomes of the earlier in-job attempts, when the test was re-run
+    dynamo_time_s: float | None = None  # dynamo's share of compile_time_s: the same with a warm cache or a cold one
+    fx_graph_cache_hits: int | None = None
+    fx_graph_cache_misses: int | None = None
+
+    @property
+    def cache(self) -> str | None:
+        """How inductor's output came about: "cold" (every graph compiled: FX-graph cache misses only), "warm"
+        (every graph loaded from the cache), "mixed", "none" (inductor compiled nothing); None: not recorded."""
+        hits, misses = self.fx_graph_cache_hits, self.fx_graph_cache_misses
+        if hits is None or misses is None:
+            return None
+        return {(False, False): "none", (False, True): "cold", (True, False): "warm"}.get((hits > 0, misses > 0),
+                                                                                          "mixed")
 
 
-COUNTS = ("graph_breaks", "recompiles", "kernels_generated", "code_bytes")
+COUNTS = ("graph_breaks", "recompiles", "kernels_generated", "code_bytes", "fx_graph_cache_hits",
+          "fx_graph_cache_misses")
+# A cold compile of the same graph takes many times a warm one (C++ or Triton builds against a cache load): compile
+# times compare only between two runs whose graphs all came about the same way.
+LIKE_FOR_LIKE = ("cold", "warm", "none")
+
+
+def times_comparable(base: Ledger, head: Ledger) -> bool:
+    """Whether the two compile times measure the same work: both cold, both warm, or neither compiled with inductor."""
+    return base.cache == head.cache and base.cache in LIKE_FOR_LIKE
 
 
 def ledger_of(metrics: Mapping[str, object] | None) -> Ledger:
@@ -35,6 +57,7 @@ def ledger_of(metrics: Mapping[str, object] | None) -> Ledger:
     return Ledger(
         **counts,  # type: ignore[arg-type]
         compile_time_s=_seconds(metrics.get("compile_time_s")),
+        dynamo_time_s=_seconds(metrics.get("dynamo_time_s")),
         graph_break_reasons=_texts(metrics.get("graph_break_reasons")),
         recompile_reasons=_texts(metrics.get("recompile_reasons")),
         reruns=tuple(r for r in _texts(metrics.get("reruns")) if r in RERUN_OUTCOMES),

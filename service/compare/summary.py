@@ -5,15 +5,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from service.compare.judgement import BaseInfo, BaseStatus, Delta, Judgement, TestJudgement
+from service.compare.judgement import BaseInfo, BaseStatus, Judgement, TestJudgement
+from service.compare.ledger_deltas import GRAPH_FIGURES, TIME_FIGURES, TIME_FLOOR_RATIO, TIME_FLOOR_S, Delta
 from service.compare.verdicts import Verdict
 from service.github.annotations import annotation
-from service.github.markdown import code_span, link, plain
+from service.github.markdown import code_span, link, plain, shorten
 
 MAX_LISTED = 20
-MAX_DELTAS = 10
+MAX_DELTAS = 10  # besides graph breaks and recompiles
+MAX_GRAPH_ROWS = 50
 FIGURE_NAMES = {"graph_breaks": "graph breaks", "recompiles": "recompiles", "compile_time_s": "compile time (s)",
-                "kernels_generated": "kernels", "code_bytes": "generated code (bytes)"}
+                "dynamo_time_s": "dynamo time (s)", "kernels_generated": "kernels",
+                "code_bytes": "generated code (bytes)"}
 
 
 def base_line(info: BaseInfo) -> str:
@@ -54,11 +57,45 @@ def render_section(judgement: Judgement, test_url: Callable[[str], str]) -> str:
         lines += ["", f"**Generated code changed in {len(changed)} test{'s' if len(changed) != 1 else ''}**", ""]
         lines += [f"- {_test_link(t.nodeid, test_url)}" for t in changed[:MAX_LISTED]]
         lines += _more(len(changed))
-    if judgement.deltas:
-        lines += ["", "**Biggest compile-ledger changes**", "", "| test | figure | base | head |",
-                  "|---|---|---:|---:|"]
-        lines += [_delta_row(d) for d in judgement.deltas[:MAX_DELTAS]]
+    lines += _ledger_lines(judgement, test_url)
     return "\n".join(lines)
+
+
+def _ledger_lines(judgement: Judgement, test_url: Callable[[str], str]) -> list[str]:
+    """Every change of graph breaks and recompiles (budgeted or not), then the biggest other changes, then what
+    was not compared and why."""
+    graphs = [d for d in judgement.deltas if d.figure in GRAPH_FIGURES]
+    others = [d for d in judgement.deltas if d.figure not in GRAPH_FIGURES]
+    lines = []
+    if judgement.deltas:
+        shown = f"; then the {MAX_DELTAS} biggest of {len(others)} other changes" if len(others) > MAX_DELTAS else ""
+        lines += ["", f"**Compile-ledger changes** (graph breaks and recompiles first, every one{shown})", "",
+                  "| test | figure | base | head | change |", "|---|---|---:|---:|---:|"]
+        lines += [_delta_row(d) for d in graphs[:MAX_GRAPH_ROWS] + others[:MAX_DELTAS]]
+        if len(graphs) > MAX_GRAPH_ROWS:
+            lines.append(f"| … and {len(graphs) - MAX_GRAPH_ROWS} more graph-break and recompile changes | | | | |")
+    budgeted = {(v.nodeid, v.figure) for v in judgement.violations}
+    reasons = [(d, reason) for d in graphs if (d.nodeid, d.figure) not in budgeted for reason in d.reasons]
+    if reasons:
+        lines += ["", "New graph-break and recompile reasons:", ""]
+        lines += [f"- {_test_link(d.nodeid, test_url)} ({FIGURE_NAMES[d.figure]}): {_said(reason)}"
+                  for d, reason in reasons[:MAX_LISTED]]
+        lines += _more(len(reasons))
+    if judgement.deltas or judgement.uncompared_times:
+        lines += ["", _time_note(judgement)]
+    return lines
+
+
+def _time_note(judgement: Judgement) -> str:
+    note = (f"Compile times are compared like for like only (base and head both cold or both warm from the FX-graph "
+            f"cache); a change under {TIME_FLOOR_S:g} s or ×{TIME_FLOOR_RATIO:g} is noise and not listed. "
+            "Kernels and code size are listed only where the generated code differs from the base's.")
+    if judgement.uncompared_times:
+        pairs = sorted(judgement.uncompared_times.items(), key=lambda item: (-item[1], item[0]))
+        said = ", ".join(f"{n} (base {base}, head {head})" for (base, head), n in pairs)
+        total = sum(judgement.uncompared_times.values())
+        note += f" Compile time not compared for {total} test{'s' if total != 1 else ''}: {said}."
+    return note
 
 
 def _listed(title: str, tests: list[TestJudgement], test_url: Callable[[str], str]) -> list[str]:
@@ -77,9 +114,10 @@ def _more(n: int) -> list[str]:
 
 
 def _delta_row(d: Delta) -> str:
-    fmt = "{:.3f}" if d.figure == "compile_time_s" else "{:g}"
-    return (f"| {code_span(d.nodeid, table=True, limit=400)} | {FIGURE_NAMES[d.figure]} | {fmt.format(d.base)} "
-            f"| {fmt.format(d.head)} |")
+    fmt = "{:.3f}" if d.figure in TIME_FIGURES else "{:g}"
+    figure = FIGURE_NAMES[d.figure] + (f", both {d.cache}" if d.cache else "")
+    return (f"| {code_span(d.nodeid, table=True, limit=400)} | {figure} | {fmt.format(d.base)} "
+            f"| {fmt.format(d.head)} | {d.change} |")
 
 
 def _first_line(message: str) -> str:
@@ -88,7 +126,7 @@ def _first_line(message: str) -> str:
 
 
 def _said(text: str) -> str:
-    return plain(text[:400], inline=True)
+    return plain(shorten(text, 400), inline=True)
 
 
 def _test_link(nodeid: str, test_url: Callable[[str], str]) -> str:

@@ -13,7 +13,7 @@ from service.compare.judgement import BaseStatus, Judgement
 from service.compare.summary import annotation_level, render_section, violation_annotations
 from service.compare.verdicts import Verdict
 from service.github.annotations import MAX_ANNOTATIONS, annotation
-from service.github.markdown import code_block, code_span, fit, inert_markdown, plain, plain_title
+from service.github.markdown import code_block, code_span, fit, inert_markdown, plain, plain_title, shorten
 from service.store import APPROVAL_SUITE, Job, Run, TestResult
 from suites.naming import sanitise_nodeid
 
@@ -197,4 +197,4 @@ def _first_line(message: str) -> str:
     line = lines[0] if lines else "failed"
     if line.endswith(":") and len(lines) > 1:
         line = f"{line} {lines[1].removeprefix('E ').strip()}"
-    return line[:200]
+    return shorten(line, 200)

@@ -22,7 +22,7 @@ _TOKENS = re.compile(
 )
 # Everything that opens Markdown or HTML inline; `_` only where it could emphasise (never inside a word).
 _INLINE = re.compile(r"[\\`*~\[\]<>&|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
-_LINE_START = re.compile(r"[#+=-]|(?=\d{1,9}[.)])")  # headings, bullets, setext underlines; ordered items below
+_LINE_START = re.compile(r"[#+=:-]|(?=\d{1,9}[.)])")  # headings, bullets, setext underlines, table delimiter rows (:-)
 _RUN = re.compile(r"`+")
 _FENCE_OPEN = re.compile(r" {0,3}(`{3,})[^`]*")
 
@@ -38,7 +38,8 @@ def code_span(text: str, *, table: bool = False, limit: int | None = None) -> st
     A line break could end the paragraph (and the span with it), so lines are folded. In a table row GitHub
     splits cells at every unescaped `|` before it sees code spans, so `table=True` escapes them (shown as `|`).
     """
-    body = " ".join(clean(text).split("\n"))[:limit]
+    body = " ".join(clean(text).split("\n"))
+    body = shorten(body, limit) if limit is not None else body
     fence = "`" * (max((len(run) for run in _RUN.findall(body)), default=0) + 1)
     if body.strip(" ") and (body[0] in "` " or body[-1] in "` "):
         body = f" {body} "  # CommonMark strips one space each side: a backtick at either end stays content
@@ -49,7 +50,8 @@ def code_span(text: str, *, table: bool = False, limit: int | None = None) -> st
 
 def code_block(text: str, *, limit: int | None = None) -> str:
     """`text` as a fenced code block that no line of it can close: the fence outruns every backtick run inside."""
-    body = clean(text)[:limit].strip("\n")
+    body = clean(text)
+    body = (shorten(body, limit) if limit is not None else body).strip("\n")
     fence = "`" * max(3, max((len(run) for run in _RUN.findall(body)), default=0) + 1)
     return f"{fence}\n{body}\n{fence}" if body else f"{fence}\n{fence}"
 
@@ -86,6 +88,19 @@ def inert_markdown(text: str) -> str:
 def link(label: str, url: str) -> str:
     """A link to one of our own pages; `label` is Markdown already made inert (a code span, plain text)."""
     return f"[{label}]({quote(url, safe=':/?#=&%@+,;~!$')})"
+
+
+def shorten(text: str, limit: int) -> str:
+    """`text` whole if at most `limit` characters, else cut before the last line end or else the last space that
+    keeps at least half of it (never inside a word or a number), and "…" added: at most `limit` characters."""
+    if len(text) <= limit:
+        return text
+    kept = text[:max(0, limit - 1)]
+    for boundary in ("\n", " "):
+        at = kept.rfind(boundary)
+        if at >= limit // 2:
+            return kept[:at].rstrip() + "…"
+    return kept + "…"
 
 
 def plain_title(text: str, limit: int = 255) -> str:

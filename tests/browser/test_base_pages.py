@@ -57,8 +57,9 @@ def test_a_changed_operation_shows_as_a_highlighted_diff_with_both_outcomes_and_
         client: FlaskClient, settings: Settings, store: Store) -> None:
     codes = compiled_codes()
     base_run, base_job, run, job = pr_with_base(settings, store, codes["f"], codes["g"], head_outcome="failed")
-    set_metrics(settings, base_job, graph_breaks=0, graph_break_reasons=["an old reason"])
-    set_metrics(settings, job, graph_breaks=1, graph_break_reasons=["call_function print <b>side effect</b>"])
+    cold = {"fx_graph_cache_hits": 0, "fx_graph_cache_misses": 1}  # both compiled: compile times compare
+    set_metrics(settings, base_job, graph_breaks=0, graph_break_reasons=["an old reason"], **cold)
+    set_metrics(settings, job, graph_breaks=1, graph_break_reasons=["call_function print <b>side effect</b>"], **cold)
     page = _page(client, f"/jobs/{job.id}/tests/{NAME}/diff")
     assert "Generated code changed in 1 of 1 graph." in page
     assert "output_code_0.py → output_code_0.py" in page
@@ -91,6 +92,21 @@ def test_the_same_code_compiled_again_is_identical_and_green(client: FlaskClient
     *_, job = pr_with_base(settings, store, codes["f"], codes["f_again"])
     page = _page(client, f"/jobs/{job.id}/tests/{NAME}/diff")
     assert "Identical to the base: 1 graph" in page and 'class="gd"' not in page
+
+
+def test_the_same_graphs_loaded_warm_in_another_order_are_identical_and_times_not_compared(
+        client: FlaskClient, settings: Settings, store: Store) -> None:
+    first, second = compiled_codes()["two_graphs"]
+    _, base_job, _, job = pr_with_base(settings, store, [first, second], [second, first])
+    set_metrics(settings, base_job, compile_time_s=19.4, fx_graph_cache_hits=0, fx_graph_cache_misses=2)
+    set_metrics(settings, job, compile_time_s=1.45, fx_graph_cache_hits=2, fx_graph_cache_misses=0)
+    page = _page(client, f"/jobs/{job.id}/tests/{NAME}/diff")
+    assert "Identical to the base: 2 graphs" in page and 'class="gd"' not in page
+    assert re.search(r"output_code_1.py → output_code_0.py\s*<span class=\"badge identical\">identical", page)
+    assert re.search(r"<th>compile cache</th><td[^>]*>cold: 2 compiled</td><td[^>]*>warm: 2 from the cache</td>",
+                     page)
+    assert re.search(r"<th>compile time</th><td[^>]*>19.40 s</td><td[^>]*>1.45 s</td>"
+                     r"<td class=\"num\">not compared: cached differently</td>", page)
 
 
 def test_a_graph_break_pairs_the_graphs_and_marks_the_new_one(client: FlaskClient, settings: Settings,

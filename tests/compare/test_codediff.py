@@ -60,7 +60,20 @@ def test_a_real_change_of_the_code_stays_a_change(one: str, other: str) -> None:
 def test_a_graph_added_or_removed_is_a_change() -> None:
     assert changed(["a = 1\n"], ["a = 1\n", "b = 2\n"])
     assert changed(["a = 1\n", "b = 2\n"], ["a = 1\n"])
+    assert changed(["a = 1\n", "a = 1\n"], ["a = 1\n"])  # a multiset: the same graph twice is two graphs
     assert not changed([], [])
+
+
+def test_the_same_graphs_written_in_another_order_are_unchanged() -> None:
+    # A cold compile writes forward 4, forward 5, then the backwards as they run (5, 4); a warm AOT-autograd cache
+    # loads each forward with its backward: 4, 4, 5, 5. The counters differ too (another test order).
+    cold = ["# AOT ID: ['4_forward']\nf4\n", "# AOT ID: ['5_forward']\nf5\n",
+            "# AOT ID: ['5_backward']\nb5\n", "# AOT ID: ['4_backward']\nb4\n"]
+    warm = ["# AOT ID: ['7_forward']\nf4\n", "# AOT ID: ['7_backward']\nb4\n",
+            "# AOT ID: ['8_forward']\nf5\n", "# AOT ID: ['8_backward']\nb5\n"]
+    assert not changed(cold, warm)
+    assert match_graphs(cold, warm) == [(0, 0), (3, 1), (1, 2), (2, 3)]
+    assert changed(cold, [*warm[:3], warm[3].replace("b5", "b5 + 1")])
 
 
 def test_real_inductor_code_of_the_same_function_is_unchanged_across_compilations() -> None:
@@ -100,8 +113,12 @@ def test_a_graph_break_pairs_the_unbroken_graph_with_the_more_similar_half() -> 
     # similar graphs pair in order; one without a counterpart stands alone
     (["a\nb\nc\n", "p\nq\nr\n", "u\nv\nw\n"], ["a\nb\nc2\n", "u\nv\nw\n"], [(0, 0), (1, None), (2, 1)]),
     (["a\nb\nc\n", "u\nv\nw\n"], ["a\nb\nc\n", "new\nnew2\nnew3\n", "u\nv\nw2\n"], [(0, 0), (None, 1), (1, 2)]),
-    # order wins over a better match that would cross: graphs are compiled in program order
-    (["a\nb\nc\n", "u\nv\nw\n"], ["u\nv\nw\n", "a\nb\nc\n"], [(0, None), (1, 0), (None, 1)]),
+    # identical graphs pair wherever each side wrote them (a warm cache writes them in another order) ...
+    (["a\nb\nc\n", "u\nv\nw\n"], ["u\nv\nw\n", "a\nb\nc\n"], [(1, 0), (0, 1)]),
+    # ... changed ones only in order, which wins over a better match that would cross (program order)
+    (["a\nb\nc\n", "u\nv\nw\n"], ["u\nv\nw2\n", "a\nb\nc2\n"], [(0, None), (1, 0), (None, 1)]),
+    # a graph only the base has stands after the head graph paired with the base graph before it
+    (["a\nb\nc\n", "p\nq\nr\n", "u\nv\nw\n"], ["u\nv\nw\n", "a\nb\nc\n"], [(2, 0), (0, 1), (1, None)]),
 ])
 def test_graphs_pair_by_order_and_similarity(base: list[str], head: list[str],
                                              pairs: list[tuple[int | None, int | None]]) -> None:

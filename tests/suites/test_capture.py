@@ -92,6 +92,21 @@ def test_capture_records_code_and_metrics() -> None:
     assert captured.code_bytes == len(captured.codes[0].encode())
 
 
+def test_compile_time_is_every_compile_of_the_test_across_dynamo_resets() -> None:
+    harness.reset_dynamo()
+    torch.compile(lambda x: x * 3, backend="eager")(torch.randn(8))  # an earlier test's, still in dynamo's lists
+    times = harness._optional("torch._dynamo.utils", "compilation_time_metrics")
+    spent = []  # (compile, backend) seconds of each compile, read before the reset that drops them
+    with capture.CompileCapture().active() as captured:
+        for backend in ("inductor", "eager"):
+            harness.reset_dynamo()  # as the suites do first: it drops dynamo's lists
+            torch.compile(lambda x: torch.sin(x) - 1, backend=backend)(torch.randn(8))
+            spent.append((sum(times["_compile.compile_inner"]), sum(times["OutputGraph.call_user_compiler"])))
+    assert captured.metrics["compile_time_s"] == pytest.approx(sum(c for c, _ in spent), abs=2e-4)
+    assert captured.metrics["dynamo_time_s"] == pytest.approx(sum(c - b for c, b in spent), abs=2e-4)
+    assert 0 < captured.metrics["dynamo_time_s"] < captured.metrics["compile_time_s"]
+
+
 def test_a_test_that_patches_inductors_code_callback_still_leaves_its_code() -> None:
     # inductor's own run_and_get_code replaces GraphLowering.save_output_code while it runs.
     harness.reset_dynamo()

@@ -68,8 +68,9 @@ def test_parse_budgets(table: dict[str, object], problems: list[tuple[str, str]]
 
 def test_budget_violations_name_the_figure_and_dynamos_reason() -> None:
     budgets = Budgets(new_graph_breaks=0, new_recompiles=1, compile_time_ratio=1.25, compile_time_min_s=1.0)
-    base = Ledger(graph_breaks=0, recompiles=0, compile_time_s=2.0)
-    head = Ledger(graph_breaks=1, recompiles=1, compile_time_s=3.0, graph_break_reasons=(BREAK,))
+    cold = {"fx_graph_cache_hits": 0, "fx_graph_cache_misses": 1}  # both compiled: compile times compare
+    base = Ledger(graph_breaks=0, recompiles=0, compile_time_s=2.0, **cold)
+    head = Ledger(graph_breaks=1, recompiles=1, compile_time_s=3.0, graph_break_reasons=(BREAK,), **cold)
     found = violations("t::x", base, head, budgets)
     assert [v.describe() for v in found] == [
         f"graph_breaks 0 → 1 (budget: at most 0 new): {BREAK}",
@@ -187,9 +188,26 @@ def test_biggest_changes_put_graph_breaks_first_and_ignore_compile_time_noise() 
             _result("t::b", "passed", graph_breaks=2, code_bytes=2000)]
     base = [_result("t::a", "passed", compile_time_s=1.0, kernels_generated=2),
             _result("t::b", "passed", graph_breaks=1, code_bytes=1000)]
-    deltas = judge(head, base, READY, Budgets()).deltas
+    deltas = judge(head, base, READY, Budgets(), code_changed=lambda nodeid: True).deltas
     assert [(d.nodeid, d.figure) for d in deltas] == [("t::b", "graph_breaks"), ("t::a", "kernels_generated"),
                                                       ("t::b", "code_bytes")]
+
+
+LONG_FAILURE = ("AssertionError: assert tensor([" + ", ".join(f"{0.1 + i / 997:.6f}" for i in range(60))
+                + "]) == tensor([0.0])\n\nThe values are not close.")
+
+
+def test_failure_messages_are_cut_between_words_with_an_ellipsis() -> None:
+    head = [TestResult(nodeid="t::new", outcome="failed", message=LONG_FAILURE, file="test_a.py", line=3)]
+    judgement = judge(head, [_result("t::new", "passed")], READY, Budgets())
+    view = render_check_run(_run(), _job(conclusion="failure", failed=1, title="1 failed"), head, URL, judgement)
+    first = LONG_FAILURE.splitlines()[0]
+    # the check run's list of failing tests (200 characters) and the judgement's list of new failures (400)
+    for start, limit in (("- `t::new`: `", 200), ("- [`t::new`]", 400)):
+        line = next(line for line in view.summary.splitlines() if line.startswith(start))
+        assert line.endswith("…`"), line
+        kept = line[line.index("`AssertionError") + 1:-2]
+        assert len(kept) < limit and first.startswith(kept) and first[len(kept)] == " ", (kept, limit)
 
 
 def test_a_base_run_never_writes_the_trusted_cache() -> None:

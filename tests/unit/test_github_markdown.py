@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.github.markdown import clean, code_block, code_span, fit, inert_markdown, link, plain, plain_title
+from service.github.markdown import clean, code_block, code_span, fit, inert_markdown, link, plain, plain_title, shorten
 from tests.rendered import assert_inert, page
 
 URL = "http://ci.example.test/jobs/abc"
@@ -146,6 +146,23 @@ def test_a_cut_between_lines_leaves_no_code_span_open() -> None:
     cut = fit(listed, 65_535, TAIL)
     assert len(cut.encode()) <= 65_535 < len(listed.encode())
     assert assert_inert(cut).hrefs == [f"{URL}/log"]
+
+
+@pytest.mark.parametrize(("text", "limit", "cut"), [
+    ("assert x == 1", 40, "assert x == 1"),  # within the limit: whole
+    ("assert tensor([0.1234, 0.5678, 0.9012]) == tensor([0.0])", 30, "assert tensor([0.1234,…"),  # between tokens
+    ("first line here\nsecond line is long", 25, "first line here…"),  # a line end before a space
+    ("x" * 50, 10, "x" * 9 + "…"),  # one token: cut where it must be
+    ("a " + "y" * 40, 20, "a " + "y" * 17 + "…"),  # a boundary keeping under half is no boundary
+])
+def test_shortened_text_ends_between_words_with_an_ellipsis(text: str, limit: int, cut: str) -> None:
+    assert shorten(text, limit) == cut and len(cut) <= limit
+
+
+def test_a_code_span_or_block_cut_to_a_limit_ends_between_tokens() -> None:
+    assert code_span("AssertionError: expected 0.123456 got 0.654321", limit=40) == \
+        "`AssertionError: expected 0.123456 got…`"
+    assert code_block("line one\nline two\nline three", limit=20) == "```\nline one\nline two…\n```"
 
 
 def test_a_first_line_too_long_to_keep_leaves_only_the_tail() -> None:

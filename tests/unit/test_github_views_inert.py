@@ -12,7 +12,7 @@ from service.compare.judgement import BaseInfo, BaseStatus, Judgement, judge
 from service.devkit.github_emulator.checks import rule_errors
 from service.github.checks import MAX_TEXT, CheckRunView, render_check_run
 from service.github.checks import test_url as url_of_test
-from service.github.markdown import clean
+from service.github.markdown import clean, shorten
 from service.jobs.run_planning import WAITING_DETAIL
 from service.store import APPROVAL_SUITE, Job, Run, TestResult
 from tests.rendered import Page, assert_inert
@@ -111,7 +111,7 @@ def test_the_running_view_names_the_current_test_as_code(current: str) -> None:
     view = render_check_run(_run(), _job(state="running", progress_done=1, progress_total=9,
                                          progress_current=current), [], URL)
     shown = assert_inert(view.summary, our_urls=(URL,))
-    assert " ".join(clean(current).split("\n"))[:300] in shown.codes
+    assert shorten(" ".join(clean(current).split("\n")), 300) in shown.codes
 
 
 def test_the_approval_check_run_keeps_its_command_as_code_and_pings_nobody() -> None:
