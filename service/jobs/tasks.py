@@ -9,7 +9,7 @@ from typing import Any
 from celery import Celery, Task
 
 import suites
-from runners.checkout import Checkout, CheckoutError
+from runners.checkout import Checkout
 from runners.local import LocalRunner
 from runners.protocol import Runner
 from service.celery_app import HANDLE_COMMENT, PLAN_RUN, REAP_JOBS, REPORT_JOB, RUN_JOB, CeleryQueue, create_celery
@@ -72,10 +72,12 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
     ctx = build_context(settings, app, suites_dir)
     install_worker(app, settings, ctx.store)
 
-    @app.task(name=PLAN_RUN, bind=True, shared=False, autoretry_for=(CheckoutError,), **RETRY_KW)
-    def plan_run(self: Task, run_id: str) -> None:
+    @app.task(name=PLAN_RUN, bind=True, shared=False)
+    def plan_run(self: Task, run_id: str, retry_of: int | None = None) -> None:
+        # A head that cannot be fetched is retried by run_planning itself (counted in the store, one chain per
+        # run); what is retried here is reporting a planned run's check runs.
         try:
-            run_planning.plan_run(ctx, run_id)
+            run_planning.plan_run(ctx, run_id, retry_of)
         except TransientGitHubError as exc:
             _retry_later(self, exc)
 

@@ -64,8 +64,10 @@ class Stack:
     """Starts what the service needs under `root`; `stop()` ends all of it, in reverse order."""
 
     def __init__(self, root: Path, *, devices: str = "cpu", web_workers: int = 2, workers: bool = True,
-                 web_threads: int = DEFAULT_THREADS, cuda_workers: int = 1) -> None:
+                 web_threads: int = DEFAULT_THREADS, cuda_workers: int = 1, database_url: str = "") -> None:
         self.root = root
+        # Empty: an SQLite file under root/data (the default deployment's); else PostgreSQL, say.
+        self.database_url = database_url or f"sqlite:///{root / 'data' / 'compile-ci.sqlite3'}"
         self.web_threads = web_threads
         self.with_workers = workers
         self.devices = devices
@@ -94,7 +96,7 @@ class Stack:
             "COMPILE_CI_GITHUB_THROTTLE": "false",
             "COMPILE_CI_REDIS_URL": self.redis_url,
             "COMPILE_CI_DATA_DIR": str(self.root / "data"),
-            "COMPILE_CI_DATABASE_URL": f"sqlite:///{self.root / 'data' / 'compile-ci.sqlite3'}",
+            "COMPILE_CI_DATABASE_URL": self.database_url,
             "COMPILE_CI_PUBLIC_URL": self.web_url,
             "COMPILE_CI_CLONE_URL_TEMPLATE": (self.root / "repos").as_uri() + "/{full_name}",
             "COMPILE_CI_DEVICES": self.devices,
@@ -135,7 +137,7 @@ class Stack:
         self.emulator.start()
         self._start_redis()
         # Create the schema once, before several processes would race to.
-        Store(self.env()["COMPILE_CI_DATABASE_URL"])
+        Store(self.env()["COMPILE_CI_DATABASE_URL"]).engine.dispose()
         self._start_web()
         if self.with_workers:
             self.start_workers()
