@@ -75,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "beat":
         settings = _validated_settings()
         # The schedule's state file goes to the data directory: the image's working directory is read-only.
+        try:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            sys.exit(f"compile-ci beat: cannot create the data directory {settings.data_dir} (COMPILE_CI_DATA_DIR): "
+                     f"{exc.strerror}")
         schedule = str(settings.data_dir / "celerybeat-schedule")
         os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "service.worker", "beat", "-s", schedule,
                                    "--loglevel", "INFO"])

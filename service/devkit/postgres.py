@@ -64,6 +64,11 @@ class LocalPostgres:
         self._run(_binary("pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"), "-w", "-t", "60",
                   "-o", " ".join(self._options), "start")
 
+    def create_database(self, name: str) -> str:
+        """A fresh database on this server (one per test); its SQLAlchemy URL."""
+        self.sql(f"CREATE DATABASE {name}", database="postgres")
+        return self.url.rsplit("/", 1)[0] + f"/{name}"
+
     def sql(self, statement: str, database: str = DATABASE) -> str:
         """Run one statement with psql (autocommit); its rows as psql prints them unaligned."""
         return self._run("psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", database,
@@ -85,6 +90,10 @@ class LocalPostgres:
     def restart_after_kill(self) -> None:
         (self.data / "postmaster.pid").unlink(missing_ok=True)
         self._pg_ctl_start()
+
+    def stop_server(self) -> None:
+        """A clean shutdown (an operator's, or the host going down); start() brings it back with its data."""
+        self._run(_binary("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():

@@ -67,7 +67,17 @@ def _retry_later(task: Task, exc: TransientGitHubError) -> None:
     raise task.retry(exc=exc, countdown=countdown, max_retries=RETRY_KW["max_retries"])
 
 
+def prepare_data_dir(settings: Settings) -> None:
+    """Workers and beat keep their state (mirrors, caches, beat's schedule) in the data directory, which nothing
+    else creates when the database is not an SQLite file in it."""
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.error("data directory %s (COMPILE_CI_DATA_DIR) cannot be created: %s", settings.data_dir, exc.strerror)
+
+
 def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> Celery:
+    prepare_data_dir(settings)
     app = create_celery(settings)
     ctx = build_context(settings, app, suites_dir)
     install_worker(app, settings, ctx.store)

@@ -49,9 +49,8 @@ def plan_messages(redis_url: str) -> list[list[object]]:
 
 
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[Stack, LocalPostgres]]:
-    with LocalPostgres() as postgres, Stack(tmp_path, web_workers=1, workers=False,
-                                            database_url=postgres.url) as started:
+def stack(tmp_path: Path, postgres: LocalPostgres, postgres_url: str) -> Iterator[tuple[Stack, LocalPostgres]]:
+    with Stack(tmp_path, web_workers=1, workers=False, database_url=postgres_url) as started:
         yield started, postgres
 
 
@@ -79,7 +78,7 @@ def test_a_worker_killed_between_claim_and_write_leaves_nothing_and_the_redelive
 ) -> None:
     web, postgres = stack
     headers, body = signed(web.webhook_secret, "pull_request", opened("a" * 40), "delivery-killed")
-    store = Store(postgres.url)
+    store = Store(web.database_url)
     try:
         _kill_mid_write_then_redeliver(web, postgres, store, headers, body)
     finally:
@@ -97,7 +96,8 @@ def _kill_mid_write_then_redeliver(web: Stack, postgres: LocalPostgres, store: S
     first.start()
 
     def waiting_on_the_run_row() -> bool:
-        return postgres.sql("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'").strip() == "1"
+        waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        return postgres.sql(waiting, database=web.database_url.rsplit("/", 1)[1]).strip() == "1"
 
     _wait_for(waiting_on_the_run_row, "the web worker to hold its claim and wait to write the run")
     (worker_pid,) = subprocess.run(["pgrep", "-P", str(web.process("web").pid)], capture_output=True, text=True,
