@@ -28,9 +28,13 @@ def _binary(name: str) -> str:
 class LocalPostgres:
     """One server in its own directory under /tmp; `url` is the SQLAlchemy URL of its `compileci` database."""
 
-    def __init__(self, *, fast: bool = True) -> None:
+    def __init__(self, *, fast: bool = True, disk_mb: int = 0) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="compile-ci-pg-"))
         self.data = self.root / "data"
+        # > 0: the database lives on a tmpfs of this size of its own (a tablespace; root only), so that it can
+        # be filled up for real while the server's WAL, on the larger disk, keeps working.
+        self.disk_mb = disk_mb
+        self.disk = self.root / "disk"
         self.port = free_port()
         # fsync off: a test's data need not survive a power cut; the fault bench keeps it on (fast=False).
         self._options = [f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.root}",
@@ -55,10 +59,43 @@ class LocalPostgres:
             self._run(_binary("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
                       "--no-instructions")
             self._pg_ctl_start()
-            self.sql(f"CREATE DATABASE {DATABASE}", database="postgres")
+            tablespace = " TABLESPACE small_disk" if self._mount_small_disk() else ""
+            self.sql(f"CREATE DATABASE {DATABASE}{tablespace}", database="postgres")
         else:
             self._pg_ctl_start()
         return self
+
+    def _mount_small_disk(self) -> bool:
+        if not self.disk_mb:
+            return False
+        if os.geteuid() != 0:
+            raise RuntimeError("a small disk for PostgreSQL needs root (mount -t tmpfs)")
+        self.disk.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.disk_mb}m", "tmpfs", str(self.disk)], check=True)
+        user = pwd.getpwnam("postgres")
+        os.chown(self.disk, user.pw_uid, user.pw_gid)
+        self.sql(f"CREATE TABLESPACE small_disk LOCATION '{self.disk}'", database="postgres")
+        return True
+
+    def fill_disk(self) -> int:
+        """Fill the small disk until PostgreSQL answers "No space left on device"; megabytes written."""
+        self.sql("CREATE TABLE disk_filler (b bytea)")
+        self.sql("ALTER TABLE disk_filler ALTER COLUMN b SET STORAGE EXTERNAL")  # not compressed: real bytes
+        written_kb = 0
+        for chunk_kb in (4096, 1024, 128, 8):
+            while True:
+                rows = f"SELECT decode(repeat('ab', {chunk_kb * 1024}), 'hex') FROM generate_series(1, 1)"
+                try:
+                    self.sql(f"INSERT INTO disk_filler {rows}")
+                except RuntimeError as exc:
+                    if "space" not in str(exc):
+                        raise
+                    break
+                written_kb += chunk_kb
+        return written_kb // 1024
+
+    def free_disk(self) -> None:
+        self.sql("DROP TABLE disk_filler")
 
     def _pg_ctl_start(self) -> None:
         self._run(_binary("pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"), "-w", "-t", "60",
@@ -69,10 +106,11 @@ class LocalPostgres:
         self.sql(f"CREATE DATABASE {name}", database="postgres")
         return self.url.rsplit("/", 1)[0] + f"/{name}"
 
-    def sql(self, statement: str, database: str = DATABASE) -> str:
-        """Run one statement with psql (autocommit); its rows as psql prints them unaligned."""
+    def sql(self, *statements: str, database: str = DATABASE) -> str:
+        """Run statements with psql, each in its own transaction, in one session; the rows it printed unaligned."""
+        commands = [arg for statement in statements for arg in ("-c", statement)]
         return self._run("psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "-d", database,
-                         "-v", "ON_ERROR_STOP=1", "-At", "-c", statement)
+                         "-v", "ON_ERROR_STOP=1", "-At", *commands)
 
     def postmaster_pid(self) -> int:
         return int((self.data / "postmaster.pid").read_text().split()[0])
@@ -101,6 +139,8 @@ class LocalPostgres:
                 self._run(_binary("pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
             except RuntimeError:
                 pass  # killed and not restarted
+        if self.disk_mb and self.disk.is_dir():
+            subprocess.run(["umount", str(self.disk)], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> LocalPostgres:
