@@ -13,11 +13,22 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from service.devkit.postgres import LocalPostgres
-from service.devkit.sandbox.stack import Stack
+from service.devkit.sandbox.deliveries import signed
+from service.devkit.sandbox.stack import INSTALLATION_ID, Stack
 from service.store import Job, Store
 
 HOLD_S = 10.0  # how long each fault lasts
+FILLERS = 30  # at most this many row-heavy deliveries while the disk is full (rows first fill pages' free space)
 Delivery = tuple[dict[str, str], bytes]
+
+
+def repositories_added(stack: Stack, index: int) -> Delivery:
+    """An installation_repositories delivery that writes 50 rows and starts no job: it fills the pages' free space,
+    so that a full disk shows in the webhook's answers too, not only in the workers'."""
+    names = [{"full_name": f"sandbox/filler-{index:03d}-{i:02d}-{'x' * 60}"} for i in range(50)]
+    payload = {"action": "added", "installation": {"id": INSTALLATION_ID}, "repositories_added": names,
+               "repositories_removed": [], "repository_selection": "selected", "sender": {"login": "octocat"}}
+    return signed(stack.webhook_secret, "installation_repositories", payload, f"campaign-filler-{index}")
 
 
 def post(url: str, delivery: Delivery) -> tuple[int, bool]:
@@ -97,13 +108,18 @@ def run_faults(stack: Stack, postgres: LocalPostgres, store: Store, pull: Callab
         start(postgres)
         began = time.monotonic()
         deliveries.send(pull(during))
+        if name == "full":
+            for index in range(FILLERS):
+                if deliveries.send(repositories_added(stack, index)) not in (200, 202):
+                    break
         time.sleep(max(0.0, HOLD_S - (time.monotonic() - began)))
         end(postgres)
         accepted_after = deliveries.redeliver()
         refused = sum(deliveries.statuses[s] for s in deliveries.statuses if s not in (200, 202)) - refused_before
         results.append({"fault": name, "job_running_through_it": job.id if job else None, "refused": refused,
                         "accepted_again_s": None if accepted_after is None else round(accepted_after, 1)})
-        print(f"postgres {name}: {refused} delivery refused, accepted again {accepted_after} s after", flush=True)
+        print(f"postgres {name}: {refused} delivery refused, accepted again {results[-1]['accepted_again_s']} s after",
+              flush=True)
     return results, deliveries
 
 

@@ -16,13 +16,13 @@ class Supervisor(threading.Thread):
         self.deliberate = threading.Lock()  # held around a kill and its restart: not the supervisor's business
         self.restarts: Counter[str] = Counter()
         self.last_words: dict[str, str] = {}
-        self._stop = threading.Event()
+        self._stopping = threading.Event()
 
     def run(self) -> None:
-        while not self._stop.wait(self.every_s):
+        while not self._stopping.wait(self.every_s):
             with self.deliberate:
                 for name, proc in list(self.stack.procs):
-                    if proc.poll() is None or self._stop.is_set():
+                    if proc.poll() is None or self._stopping.is_set():
                         continue
                     log = (self.stack.root / f"{name}.log").read_text(errors="replace").splitlines()
                     self.last_words[name] = next((line for line in reversed(log) if "Error" in line),
@@ -33,5 +33,5 @@ class Supervisor(threading.Thread):
                     self.restarts[name] += 1
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopping.set()
         self.join(timeout=10)

@@ -1,6 +1,7 @@
 """Handling a delivery exactly once: its claim (the delivery id, a unique key in the store), the rows its handlers
 write and the messages they send commit as one transaction. A process killed before the commit leaves nothing, so
-GitHub's redelivery is handled in full; after the commit, a redelivery is a duplicate."""
+GitHub's redelivery is handled in full; after the commit, a redelivery is a duplicate. Two copies handled at once:
+the second's claim cannot commit, its transaction is rolled back and tried again, and finds the first's."""
 
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ def handle_once(store: Store, router: Router, deps: HandlerDeps, event: Event) -
         outbox = RecordingQueue(deps.queue)
         try:
             with store.unit_of_work():
-                if not delivery_rows.claim(store, event.delivery_id, event.name):
+                if delivery_rows.seen(store, event.delivery_id):
                     return None
                 outcomes = router.dispatch(event, dataclasses.replace(deps, queue=outbox))
-                delivery_rows.hold(store, event.delivery_id, outbox.messages)
+                delivery_rows.claim(store, event.delivery_id, event.name, outbox.messages)
         except Conflict:
             if not tries_left:
                 raise

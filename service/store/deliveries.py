@@ -26,22 +26,19 @@ class Delivery(Base):
     unsent: Mapped[list | None] = mapped_column(JSON(none_as_null=True), nullable=True)
 
 
-def claim(store: Store, delivery_id: str, event: str) -> bool:
-    """Inside the delivery's unit of work: False when this delivery was handled before (a redelivery)."""
+def seen(store: Store, delivery_id: str) -> bool:
+    """Whether this delivery was handled before (a redelivery)."""
     with store.session() as s:
-        if s.get(Delivery, delivery_id) is not None:
-            return False
-        s.add(Delivery(id=delivery_id, event=event, unsent=None))
-        s.flush()  # a concurrent handling of the same id now waits for ours, then fails its insert
-    return True
+        return s.get(Delivery, delivery_id) is not None
 
 
-def hold(store: Store, delivery_id: str, messages: list[Message]) -> None:
-    """Inside the unit of work: the messages commit with the rows they refer to, and go out after the commit."""
-    if messages:
-        with store.session() as s:
-            s.execute(update(Delivery).where(Delivery.id == delivery_id)
-                      .values(unsent=[[name, args, kwargs] for name, args, kwargs in messages]))
+def claim(store: Store, delivery_id: str, event: str, messages: list[Message]) -> None:
+    """Inside the delivery's unit of work, after its handlers: the claim, with the messages they sent, commits with
+    the rows they wrote. A concurrent handling of the same id fails this insert (a Conflict) and rolls back."""
+    unsent = [[name, args, kwargs] for name, args, kwargs in messages] or None
+    with store.session() as s:
+        s.add(Delivery(id=delivery_id, event=event, unsent=unsent))
+        s.flush()
 
 
 def mark_sent(store: Store, delivery_id: str) -> None:

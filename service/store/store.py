@@ -48,7 +48,9 @@ class Store:
                 Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 log.error("database directory cannot be created: %s", exc)
-        self.engine: Engine = create_engine(database_url, future=True, pool_pre_ping=True)
+        # A server's connections go stale when it restarts: each is pinged before use. An SQLite file's never do.
+        sqlite = database_url.startswith("sqlite")
+        self.engine: Engine = create_engine(database_url, future=True, pool_pre_ping=not sqlite)
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", sqlite_pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)

@@ -1,9 +1,10 @@
 """A delivery is recorded in full or not at all: a web worker killed mid-write leaves nothing, so GitHub's redelivery
 is handled, exactly once; messages committed but not sent (broker down, process gone) are sent by the reaper.
 
-The kill is replayed with real gunicorn and PostgreSQL: the worker is SIGKILLed while its transaction holds the
-delivery's claim and waits to write the run (a row another transaction is writing), which is where the claim in
-Redis used to survive the worker and answer the redelivery "duplicate delivery: already handled"."""
+The kill is replayed with real gunicorn and PostgreSQL: the worker is SIGKILLed in the middle of handling the
+delivery, its transaction waiting to write the run (a row another transaction is writing). That is where the claim,
+then a Redis key set before any write, survived the worker and answered the redelivery "duplicate delivery: already
+handled"; now the claim is a row of that same transaction, and goes with it."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def _wait_for(condition: object, what: str, timeout_s: float = 30) -> None:
         time.sleep(0.05)
 
 
-def test_a_worker_killed_between_claim_and_write_leaves_nothing_and_the_redelivery_runs_once(
+def test_a_worker_killed_mid_delivery_leaves_nothing_and_the_redelivery_runs_once(
     stack: tuple[Stack, LocalPostgres],
 ) -> None:
     web, postgres = stack
@@ -99,7 +100,7 @@ def _kill_mid_write_then_redeliver(web: Stack, postgres: LocalPostgres, store: S
         waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
         return postgres.sql(waiting, database=web.database_url.rsplit("/", 1)[1]).strip() == "1"
 
-    _wait_for(waiting_on_the_run_row, "the web worker to hold its claim and wait to write the run")
+    _wait_for(waiting_on_the_run_row, "the web worker to be mid-delivery, waiting to write the run")
     (worker_pid,) = subprocess.run(["pgrep", "-P", str(web.process("web").pid)], capture_output=True, text=True,
                                    check=True).stdout.split()
     os.kill(int(worker_pid), signal.SIGKILL)
