@@ -26,6 +26,7 @@ def nginx_config(listen: str, upstream: str, temp_dir: Path, workers: int = 1) -
     return f"""# Written by `compile-ci front` (service/web/front.py); not edited by hand.
 daemon off;
 worker_processes {workers};
+worker_rlimit_nofile 16384;  # two descriptors per proxied connection: slow clients by the thousand need them
 pid {temp_dir / "nginx.pid"};
 error_log stderr warn;
 events {{ worker_connections 8192; }}
