@@ -100,7 +100,7 @@ class Settings:
     # A head that cannot be fetched (force-pushed away, the git host down) is tried this often, waiting
     # plan_retry_seconds, then twice that, ... (at most 300 s) in between; then its check runs fail saying so.
     plan_tries: int = 8
-    plan_retry_seconds: int = 10
+    plan_retry_seconds: int = 5
     # Sign-in with GitHub for the browser (the App's OAuth client); github.com hosts the OAuth pages.
     github_client_id: str = ""
     github_client_secret: Secret = field(default=Secret(""), repr=False)
@@ -256,7 +256,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         reaper_interval_seconds=_int(env, "REAPER_INTERVAL_SECONDS", 10, problems),
         reaper_grace_seconds=_int(env, "REAPER_GRACE_SECONDS", 300, problems, minimum=0),
         plan_tries=_int(env, "PLAN_TRIES", 8, problems),
-        plan_retry_seconds=_int(env, "PLAN_RETRY_SECONDS", 10, problems),
+        plan_retry_seconds=_int(env, "PLAN_RETRY_SECONDS", 5, problems),
         github_client_id=client_id,
         github_client_secret=Secret(client_secret),
         github_web_url=_url(env, "GITHUB_WEB_URL", "https://github.com", ("http", "https"), problems),

@@ -30,8 +30,9 @@ REPORT_AGAIN_AFTER = timedelta(seconds=30)
 # A job's first message is sent right after its row is written: give it this long to show up in the broker.
 MESSAGE_IN_FLIGHT = timedelta(seconds=2 * LEASE_TTL_S)
 MAX_REPLANS = 3
-# A scheduled planning retry runs at its time give or take a busy worker; one this late had its message lost.
-RETRY_OVERDUE = timedelta(seconds=120)
+# A scheduled planning retry runs at its time give or take a busy worker; one this late had its message lost (a Redis
+# restart). Sent again too early, it only makes a second try of the same number, which counts once.
+RETRY_OVERDUE = timedelta(seconds=30)
 
 
 def reap(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
