@@ -88,10 +88,9 @@ def _planning(ctx: WorkerContext, run: Run, now: datetime, planning: set[str]) -
     # A scheduled retry is in no queue a worker has not taken yet (Celery holds it until its time): judge it by
     # its time, not by the broker, or it would be sent a second time and become two chains.
     retrying = run.plan_retry_at is not None
-    if run.plan_retry_at is not None:
-        if now < run.plan_retry_at + RETRY_OVERDUE:
-            return None
-    elif run.id in planning:
+    if run.plan_retry_at is not None and now < run.plan_retry_at + RETRY_OVERDUE:
+        return None
+    if not retrying and run.id in planning:
         return None
     if ctx.store.is_uninstalled(run.repo_full_name):
         return None  # dropped on purpose: the App was removed from the repository
