@@ -1,4 +1,4 @@
-# The compile-ci service image (web and workers). Non-root. The base image is a build argument so an
+# The compile-ci service image (web, its nginx front, workers). Non-root. The base image is a build argument so an
 # air-gapped host can build FROM a locally imported Debian base instead of a registry image
 # (`compile-ci images build service --local-base` also fills wheels/ and passes PIP_INSTALL_OPTS=--no-index).
 ARG BASE_IMAGE=python:3.11-slim-bookworm
@@ -17,7 +17,7 @@ RUN python -m venv /opt/venv \
 
 FROM ${BASE_IMAGE}
 RUN apt-get update \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git ca-certificates \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends git ca-certificates nginx \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --create-home --uid 10001 compileci \
  && mkdir -p /var/lib/compile-ci && chown compileci /var/lib/compile-ci

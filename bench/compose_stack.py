@@ -45,7 +45,7 @@ class ComposeStack:
 
     def check_alive(self) -> None:
         states = compose("ps", "--services", "--filter", "status=running", capture=True).split()
-        missing = {"web", "worker-github", "beat", "worker-cpu", "redis", "postgres"} - set(states)
+        missing = {"front", "web", "worker-github", "beat", "worker-cpu", "redis", "postgres"} - set(states)
         if missing:
             raise RuntimeError(f"compose services not running: {sorted(missing)}")
 

@@ -1,13 +1,15 @@
-"""Valid deliveries' latency while slow-body clients hold connections: real gunicorn + Redis + SQLite, loopback.
+"""Valid deliveries' latency while slow-body clients hold connections: real nginx + gunicorn + Redis + SQLite,
+loopback.
 
-    .venv/bin/python bench/webhook_slow_clients.py [--slow 50] [--seconds 20] [--rate 20] [--web-workers 2]
-                                                   [--threads 32] [--sync]
+    .venv/bin/python bench/webhook_slow_clients.py [--slow 50,200,500] [--seconds 20] [--rate 20]
+                                                   [--web-workers 2] [--threads 32] [--sync] [--no-front]
 
 Each slow client announces a 1 MB body (under the 25 MB cap), sends 10 bytes, then one byte every 2 s; when the
 server cuts it, another takes its place, so `--slow` connections stay open. Meanwhile signed `pull_request.opened`
 deliveries go out at `--rate` per second. Prints p50/p99/max of the valid deliveries, first without slow clients,
-then with them, and how long the server let a slow client hold its connection. `--sync` serves with the old
-sync workers for comparison. Stops by itself after the baseline plus `--seconds`.
+then with them, and how long the server let a slow client hold its connection; one stack per `--slow` count, then a
+table of them all. By default nginx buffers in front of gunicorn, as deployed (service/web/front.py); `--no-front`
+serves with gunicorn alone, `--sync` with the old sync workers, for comparison.
 """
 
 from __future__ import annotations
@@ -132,27 +134,19 @@ def _summary(latencies: list[float], statuses: list[int]) -> dict[str, object]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--slow", type=int, default=50, help="slow-body connections kept open")
-    parser.add_argument("--seconds", type=float, default=20.0, help="measured time with the slow clients")
-    parser.add_argument("--rate", type=float, default=20.0, help="valid deliveries per second")
-    parser.add_argument("--web-workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="threads per gunicorn worker")
-    parser.add_argument("--sync", action="store_true", help="serve with sync workers (the old setup)")
-    args = parser.parse_args()
-
+def measure(args: argparse.Namespace, count: int) -> dict[str, object]:
+    """One stack, `count` slow clients: the valid deliveries' latency before and while they hold connections."""
     root = Path(tempfile.mkdtemp(prefix="compile-ci-bench-"))
     threads = 0 if args.sync else args.threads
-    with Stack(root, web_workers=args.web_workers, workers=False, web_threads=threads) as stack:
+    with Stack(root, web_workers=args.web_workers, workers=False, web_threads=threads, front=args.front) as stack:
         target = urlparse(stack.web_url)
         assert target.hostname in ("127.0.0.1", "localhost")  # loopback only
         _deliver(stack.web_url, stack.webhook_secret, args.rate, 1.0, 50_000)  # warm-up: imports, first queries
         baseline = _deliver(stack.web_url, stack.webhook_secret, args.rate, 5.0, 1)
-        slow = SlowClients(target.hostname, target.port, args.slow)
+        slow = SlowClients(target.hostname, target.port, count)
         slow.start()
-        deadline = time.monotonic() + 10
-        while slow.open < args.slow and time.monotonic() < deadline:
+        deadline = time.monotonic() + 20
+        while slow.open < count and time.monotonic() < deadline:
             time.sleep(0.05)
         opened = slow.open
         try:
@@ -161,16 +155,41 @@ def main() -> None:
         finally:
             slow.finish()
     held = sorted(slow.held_s)
-    print(json.dumps({
+    return {
+        "front": "nginx" if args.front else "none",
         "worker_class": "sync" if args.sync else f"gthread ({args.threads} threads)",
         "web_workers": args.web_workers,
+        "slow_clients": count,
         "baseline": _summary(*baseline),
         "with_slow_clients": _summary(*loaded),
         "slow_connections_open_at_start": opened, "slow_connections_open_at_end": still_open,
         "slow_connections_cut_by_server": len(held), "slow_answers": slow.answers,
         "slow_held_s_median": round(statistics.median(held), 1) if held else None,
         "slow_held_s_max": round(held[-1], 1) if held else None,
-    }, indent=2))
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--slow", default="50", help="slow-body connections kept open; several: 50,200,500")
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured time with the slow clients")
+    parser.add_argument("--rate", type=float, default=20.0, help="valid deliveries per second")
+    parser.add_argument("--web-workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS, help="threads per gunicorn worker")
+    parser.add_argument("--sync", action="store_true", help="serve with sync workers (the old setup)")
+    parser.add_argument("--no-front", dest="front", action="store_false", help="gunicorn alone, without nginx")
+    args = parser.parse_args()
+    results = []
+    for count in (int(n) for n in args.slow.split(",")):
+        results.append(measure(args, count))
+        print(json.dumps(results[-1], indent=2), flush=True)
+    print(f"{'slow clients':>12} {'deliveries':>10} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}  statuses  "
+          f"(front: {results[0]['front']}, {results[0]['worker_class']} x {args.web_workers})")
+    for result in results:
+        loaded = result["with_slow_clients"]
+        assert isinstance(loaded, dict)
+        print(f"{result['slow_clients']:>12} {loaded['deliveries']:>10} {loaded['p50_ms']:>8} {loaded['p99_ms']:>8} "
+              f"{loaded['max_ms']:>8}  {loaded['status_counts']}")
 
 
 if __name__ == "__main__":

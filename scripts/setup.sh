@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-APT_PACKAGES=(redis-server git python3-venv docker.io debootstrap chromium lld)
+APT_PACKAGES=(redis-server git python3-venv docker.io debootstrap chromium lld postgresql nginx procps)
 TORCH_PIN="torch==2.13.0"   # never unpinned: an unpinned torch pulls GBs of CUDA wheels
 NUMPY_PIN="numpy>=1.26"     # without it every `import torch` warns "Failed to initialize NumPy"
 

@@ -78,8 +78,11 @@ class CeleryQueue:
             self._served = (time.monotonic(), served)
         return served
 
-    def plan_run(self, run_id: str) -> None:
-        self._app.send_task(PLAN_RUN, args=[run_id], queue="github")
+    def plan_run(self, run_id: str, *, retry_of: int | None = None, delay_s: float = 0.0) -> None:
+        """`retry_of`: the failed try of planning this message retries (one retry chain per run, see
+        run_planning); `delay_s`: not before this many seconds."""
+        args: list[object] = [run_id] if retry_of is None else [run_id, retry_of]
+        self._app.send_task(PLAN_RUN, args=args, queue="github", countdown=delay_s or None)
 
     def run_job(self, job_id: str, device: str, *, first: bool = False, again: bool = False,
                 low: bool = False) -> None:

@@ -1,4 +1,4 @@
-"""The `compile-ci` command: sandbox, web, worker, beat, image builds, config checks and repros."""
+"""The `compile-ci` command: sandbox, web and its front, worker, beat, image builds, config checks and repros."""
 
 from __future__ import annotations
 
@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     web.add_argument("--bind", default="0.0.0.0:8000", help="HOST:PORT to listen on (default: %(default)s)")
     web.add_argument("--workers", type=int, default=4, help="gunicorn worker processes (default: %(default)s)")
     web.add_argument("--threads", type=int, default=32, help="threads per worker (gthread; 0: sync workers)")
+    front = sub.add_parser("front", help="serve the web through nginx, which buffers slow clients (see README)")
+    front.add_argument("--listen", default="0.0.0.0:8080", help="HOST:PORT to listen on (default: %(default)s)")
+    front.add_argument("--upstream", default="127.0.0.1:8000", help="gunicorn's HOST:PORT (default: %(default)s)")
+    front.add_argument("--workers", type=int, default=1, help="nginx worker processes (default: %(default)s)")
     worker = sub.add_parser("worker", help="run a Celery worker")
     worker.add_argument("--queues", default="cpu,github", help=f"comma-separated, from {', '.join(QUEUES)}")
     worker.add_argument("--concurrency", type=int, default=1)
@@ -71,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         from service.web.serving import gunicorn_command
 
         os.execvp(sys.executable, gunicorn_command(args.bind, args.workers, args.threads))
+    if args.command == "front":
+        from service.web.front import front_command
+
+        command = front_command(args.listen, args.upstream, args.workers)
+        os.execv(command[0], command)
     if args.command == "worker":
         _validated_settings()
         queues = args.queues.split(",")
@@ -81,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "beat":
         settings = _validated_settings()
         # The schedule's state file goes to the data directory: the image's working directory is read-only.
+        try:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            sys.exit(f"compile-ci beat: cannot create the data directory {settings.data_dir} (COMPILE_CI_DATA_DIR): "
+                     f"{exc.strerror}")
         schedule = str(settings.data_dir / "celerybeat-schedule")
         os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "service.worker", "beat", "-s", schedule,
                                    "--loglevel", "INFO"])

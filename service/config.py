@@ -99,6 +99,10 @@ class Settings:
     # so a job is restarted within seconds; and for jobs alive past their time limit plus the grace.
     reaper_interval_seconds: int = 10
     reaper_grace_seconds: int = 300
+    # A head that cannot be fetched (force-pushed away, the git host down) is tried this often, waiting
+    # plan_retry_seconds, then twice that, ... (at most 300 s) in between; then its check runs fail saying so.
+    plan_tries: int = 8
+    plan_retry_seconds: int = 5
     # Sign-in with GitHub for the browser (the App's OAuth client); github.com hosts the OAuth pages.
     github_client_id: str = ""
     github_client_secret: Secret = field(default=Secret(""), repr=False)
@@ -254,6 +258,8 @@ def _build(env: Mapping[str, str]) -> Settings:
         progress_interval_seconds=_int(env, "PROGRESS_INTERVAL_SECONDS", 10, problems),
         reaper_interval_seconds=_int(env, "REAPER_INTERVAL_SECONDS", 10, problems),
         reaper_grace_seconds=_int(env, "REAPER_GRACE_SECONDS", 300, problems, minimum=0),
+        plan_tries=_int(env, "PLAN_TRIES", 8, problems),
+        plan_retry_seconds=_int(env, "PLAN_RETRY_SECONDS", 5, problems),
         github_client_id=client_id,
         github_client_secret=Secret(client_secret),
         github_web_url=_url(env, "GITHUB_WEB_URL", "https://github.com", ("http", "https"), problems),

@@ -1,4 +1,4 @@
-"""POST /webhook: verify, parse, dedupe, route. Never calls GitHub: slow work is queued."""
+"""POST /webhook: verify, parse, route once per delivery id. Never calls GitHub: slow work is queued."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ import re
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from service.intake.body import SlowBody, read_body
+from service.intake.delivery import handle_once
 from service.intake.payload import parse_payload
 from service.intake.router import BadPayload, Event, Router
 from service.intake.signature import InvalidSignature, verify_signature
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("webhook", __name__)
-# GitHub's event names are snake_case words and its delivery ids are GUIDs; ids are Redis keys, so they stay short.
+# GitHub's event names are snake_case words and its delivery ids are GUIDs; ids are keys in the store: kept short.
 EVENT_NAME = re.compile(r"[a-z_]{1,64}")
 DELIVERY_ID = re.compile(r"[A-Za-z0-9-]{1,64}")
 
@@ -46,17 +47,12 @@ def receive() -> tuple[Response, int] | Response:
     router: Router = wiring.router
     if not router.handlers_for(event):
         return Response(status=204)
-    if not wiring.claims.claim_delivery(delivery_id):
-        return jsonify(message="duplicate delivery: already handled", delivery=delivery_id), 200
     try:
-        outcomes = router.dispatch(event, wiring.handler_deps)
+        outcomes = handle_once(wiring.store, router, wiring.handler_deps, event)
     except BadPayload as exc:
-        wiring.claims.release_delivery(delivery_id)
-        return jsonify(error=str(exc)), 400
-    except Exception:
-        # Nothing may be lost: un-claim so GitHub's redelivery of this id is processed.
-        wiring.claims.release_delivery(delivery_id)
-        raise
+        return jsonify(error=str(exc)), 400  # nothing was recorded: a fixed redelivery is handled
+    if outcomes is None:
+        return jsonify(message="duplicate delivery: already handled", delivery=delivery_id), 200
     for outcome in outcomes:
         log.info("delivery %s (%s.%s): %s", delivery_id, name, event.action, outcome.message,
                  extra={"run_id": outcome.run_id})

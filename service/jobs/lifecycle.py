@@ -1,6 +1,7 @@
 """The job lifecycle's one owner: run and job states, and the named transitions that alone write them.
 
     run:  planning -> (waiting -> planning) -> planned      gate: trusted | waiting -> approved (one sha)
+          planning --head not fetched--> planning (a retry due later), N times, then planned with failed jobs
     job:  queued -> running -> completed(conclusion)       re-run: completed -> queued, as a new check run
           running --infrastructure error, once--> queued
           running|queued --worker or message lost (reaper)--> queued, then completed(failure)
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 
 from service.store import APPROVAL_SUITE, Job, Run, Store, job_id_for, utcnow
@@ -96,8 +98,16 @@ def plan(store: Store, run: Run, jobs: Iterable[Job], config_error: str | None) 
     """planning -> planned with its job rows; rows that exist already (a retried plan) are kept."""
     store.add_jobs_if_absent(jobs)
     done = store.transition(Run, run.id, {"state": (RunState.PLANNING, RunState.PLANNED)},
-                            {"state": RunState.PLANNED, "config_error": config_error})
+                            {"state": RunState.PLANNED, "config_error": config_error, "plan_retry_at": None})
     return done is not None
+
+
+def planning_failed(store: Store, run: Run, next_try_at: datetime) -> Run | None:
+    """One failed try at planning (its head not fetched), counted once, with when the next one is due (the reaper
+    leaves the run alone until then). None when another planner counted this same try first: its chain goes on,
+    this one stops, so a run never has two."""
+    return store.transition(Run, run.id, {"state": RunState.PLANNING, "plan_tries": run.plan_tries},
+                            {"plan_tries": Run.plan_tries + 1, "plan_retry_at": next_try_at})
 
 
 def wait_for_approval(store: Store, run: Run, detail: str) -> Job:

@@ -5,7 +5,10 @@
   again within a quarter of its TTL.
 - A queued job with no message in the broker (lost with a Redis restart, or a send that failed) is sent again; one
   that merely waits in a backlog has its message there and is left alone. A run still planning with no plan
-  message is planned again (three times at most: planning that keeps failing is its own task's retries' business).
+  message is planned again (three times at most: planning that keeps failing is its own task's retries' business);
+  one whose planning retry is scheduled (its head could not be fetched yet) is left to that retry until it is
+  overdue, so a run never has two retry chains.
+- Webhook messages committed with their delivery but never sent (the web worker died, the broker was down) are sent.
 - A job still running long past its time limit (its worker alive, its runner not stopping it) is asked to stop.
 - A finished job that was never reported is reported again.
 """
@@ -16,7 +19,7 @@ import logging
 from datetime import datetime, timedelta
 
 from service.celery_app import PLAN_RUN, QUEUES, RUN_JOB
-from service.jobs import lifecycle
+from service.jobs import lifecycle, outbox
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, held_by_a_dead_process_here
 from service.jobs.lifecycle import JobState, RunState
@@ -27,12 +30,16 @@ REPORT_AGAIN_AFTER = timedelta(seconds=30)
 # A job's first message is sent right after its row is written: give it this long to show up in the broker.
 MESSAGE_IN_FLIGHT = timedelta(seconds=2 * LEASE_TTL_S)
 MAX_REPLANS = 3
+# A scheduled planning retry runs at its time give or take a busy worker; one this late had its message lost (a Redis
+# restart). Sent again too early, it only makes a second try of the same number, which counts once.
+RETRY_OVERDUE = timedelta(seconds=30)
 
 
 def reap(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
     """One pass; what it did, one line per job (also logged)."""
     now = now or utcnow()
-    did = list(_unreported(ctx, now))
+    did = outbox.send_left_behind(ctx.store, ctx.queue, timedelta(seconds=ctx.settings.delivery_ttl_seconds), now)
+    did += _unreported(ctx, now)
     pending = [(task, str(args[0])) for task, args in ctx.claims.pending_tasks(QUEUES) if args]
     planning = {run_id for task, run_id in pending if task == PLAN_RUN}
     did += [line for run in ctx.store.runs_in_state(RunState.PLANNING) if (line := _planning(ctx, run, now, planning))]
@@ -76,13 +83,22 @@ def _unreported(ctx: WorkerContext, now: datetime) -> list[str]:
 
 
 def _planning(ctx: WorkerContext, run: Run, now: datetime, planning: set[str]) -> str | None:
-    if run.id in planning or run.cancelled_reason or run.created_at + MESSAGE_IN_FLIGHT > now:
+    if run.cancelled_reason or run.created_at + MESSAGE_IN_FLIGHT > now:
+        return None
+    # A scheduled retry is in no queue a worker has not taken yet (Celery holds it until its time): judge it by
+    # its time, not by the broker, or it would be sent a second time and become two chains.
+    retrying = run.plan_retry_at is not None
+    if run.plan_retry_at is not None and now < run.plan_retry_at + RETRY_OVERDUE:
+        return None
+    if not retrying and run.id in planning:
         return None
     if ctx.store.is_uninstalled(run.repo_full_name):
         return None  # dropped on purpose: the App was removed from the repository
     if ctx.claims.count(f"replanned:{run.id}") > MAX_REPLANS:
         return None
-    ctx.queue.plan_run(run.id)
+    ctx.queue.plan_run(run.id, retry_of=run.plan_tries if retrying else None)
+    if retrying:
+        return f"run {run.id}: its planning retry {run.plan_tries + 1} is overdue (message lost); sent again"
     return f"run {run.id}: planning with no message in the broker; sent again"
 
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import logging
 
+from runners.checkout import CheckoutError
 from service.github import reporting
+from service.github.api import TransientGitHubError
 from service.github.markdown import code_block
-from service.jobs import base_runs, lifecycle
+from service.jobs import base_runs, lifecycle, plan_retries
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import Conclusion, Gate, JobState, RunState
 from service.jobs.planning import PlannedJob, builtin_suites, default_devices, plan_jobs, served_devices
 from service.repo_config import CONFIG_FILE, default_config, parse_repo_config
-from service.store import Job, Run
+from service.store import Job, Run, utcnow
 
 log = logging.getLogger(__name__)
 WAITING_DETAIL = (
@@ -21,7 +23,8 @@ WAITING_DETAIL = (
 )
 
 
-def plan_run(ctx: WorkerContext, run_id: str) -> None:
+def plan_run(ctx: WorkerContext, run_id: str, retry_of: int | None = None) -> None:
+    """`retry_of`: the failed try this message retries (plan_retries), None for a first request."""
     run = ctx.store.get_run(run_id)
     if run is None:
         log.warning("plan_run: run %s does not exist", run_id)
@@ -32,7 +35,12 @@ def plan_run(ctx: WorkerContext, run_id: str) -> None:
         _await_approval(ctx, run)
         return
     if run.state == RunState.PLANNING:
-        _plan(ctx, run)
+        if plan_retries.retry_pending(run, retry_of, utcnow()):
+            log.info("plan_run %s: try %d is due at %s; this message is not that retry", run.id, run.plan_tries + 1,
+                     run.plan_retry_at)
+            return
+        if not _plan(ctx, run):
+            return  # the head could not be fetched: a retry is scheduled, or another planner has it
     if run.trigger == base_runs.BASE_TRIGGER:  # internal: no check runs, and behind every head job
         for job in ctx.store.jobs_of(run.id):
             if job.state == JobState.QUEUED:
@@ -65,12 +73,16 @@ def _await_approval(ctx: WorkerContext, run: Run) -> None:
     ctx.queue.report_job(job.id)
 
 
-def _plan(ctx: WorkerContext, run: Run) -> None:
+def _plan(ctx: WorkerContext, run: Run) -> bool:
+    """Plan the run's jobs from its head's config; False when the head could not be fetched and it is not planned."""
     suites = builtin_suites(ctx.suites_dir)
     if run.trigger == base_runs.BASE_TRIGGER:
         text = run.config_text or None  # the head's config: a base run's jobs are its head's jobs
     else:
-        text = ctx.checkout.read_file(ctx.fetch(run), run.head_sha, CONFIG_FILE)
+        try:
+            text = ctx.checkout.read_file(ctx.fetch(run), run.head_sha, CONFIG_FILE)
+        except (CheckoutError, TransientGitHubError) as exc:
+            return plan_retries.fetch_failed(ctx, run, exc)
         ctx.store.record_config(run.id, text or "")
     parsed = parse_repo_config(text, suites)
     served = served_devices(ctx.settings.devices, ctx.queue.served_queues())
@@ -89,6 +101,7 @@ def _plan(ctx: WorkerContext, run: Run) -> None:
         approval = lifecycle.record_approval(ctx.store, run)
         if approval is not None:
             ctx.queue.report_job(approval.id)
+    return True
 
 
 def _job_row(run: Run, planned: PlannedJob, config_error: str | None) -> Job:

@@ -9,7 +9,7 @@ from typing import Any
 from celery import Celery, Task
 
 import suites
-from runners.checkout import Checkout, CheckoutError
+from runners.checkout import Checkout
 from runners.local import LocalRunner
 from runners.protocol import Runner
 from service.celery_app import HANDLE_COMMENT, PLAN_RUN, REAP_JOBS, REPORT_JOB, RUN_JOB, CeleryQueue, create_celery
@@ -67,15 +67,27 @@ def _retry_later(task: Task, exc: TransientGitHubError) -> None:
     raise task.retry(exc=exc, countdown=countdown, max_retries=RETRY_KW["max_retries"])
 
 
+def prepare_data_dir(settings: Settings) -> None:
+    """Workers and beat keep their state (mirrors, caches, beat's schedule) in the data directory, which nothing
+    else creates when the database is not an SQLite file in it."""
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.error("data directory %s (COMPILE_CI_DATA_DIR) cannot be created: %s", settings.data_dir, exc.strerror)
+
+
 def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> Celery:
+    prepare_data_dir(settings)
     app = create_celery(settings)
     ctx = build_context(settings, app, suites_dir)
     install_worker(app, settings, ctx.store)
 
-    @app.task(name=PLAN_RUN, bind=True, shared=False, autoretry_for=(CheckoutError,), **RETRY_KW)
-    def plan_run(self: Task, run_id: str) -> None:
+    @app.task(name=PLAN_RUN, bind=True, shared=False)
+    def plan_run(self: Task, run_id: str, retry_of: int | None = None) -> None:
+        # A head that cannot be fetched is retried by run_planning itself (counted in the store, one chain per
+        # run); what is retried here is reporting a planned run's check runs.
         try:
-            run_planning.plan_run(ctx, run_id)
+            run_planning.plan_run(ctx, run_id, retry_of)
         except TransientGitHubError as exc:
             _retry_later(self, exc)
 

@@ -1,15 +1,18 @@
-"""Redis-backed delivery claims and live log tails (the only module that imports redis)."""
+"""Redis-backed job leases, report locks, memos and queue inspection (the only module that imports redis)."""
 
 from __future__ import annotations
 
 import base64
 import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
 import redis
+import redis.exceptions
+import redis.lock
 
 log = logging.getLogger(__name__)
 # kombu's Redis transport: a queue is a list of that name (plus one list per priority step, the name followed by
@@ -17,20 +20,51 @@ log = logging.getLogger(__name__)
 PRIORITY_SEP = "\x06\x16"
 UNACKED = "unacked"
 UNACKED_INDEX = "unacked_index"  # delivery tag -> when a worker took it
+# A lock lives this long unless its holder's keeper thread extends it (every third of it): a killed holder's lock
+# is free again within seconds, a live holder keeps it however long its GitHub calls take.
+LOCK_TTL_S = 10.0
+
+
+class KeptLock:
+    """A Redis lock held for a `with` block and kept alive from a thread; released only by its owner's token."""
+
+    def __init__(self, lock: redis.lock.Lock, ttl_s: float) -> None:
+        self._lock, self._ttl = lock, ttl_s
+        self._stop = threading.Event()
+        self._keeper = threading.Thread(target=self._keep, name=f"lock-{lock.name!r}", daemon=True)
+
+    def __enter__(self) -> KeptLock:
+        if not self._lock.acquire():
+            raise redis.exceptions.LockError(f"{self._lock.name!r} is held by another process")
+        self._keeper.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._keeper.join(timeout=5)
+        try:
+            self._lock.release()
+        except redis.exceptions.LockError:
+            log.warning("lock %r lapsed before its holder released it", self._lock.name)
+        except redis.RedisError as exc:
+            log.warning("lock %r not released (it lapses by itself): %s", self._lock.name, exc)
+
+    def _keep(self) -> None:
+        while not self._stop.wait(self._ttl / 3):
+            try:
+                self._lock.reacquire()  # owner-checked: only while the key still holds our token
+            except redis.exceptions.LockNotOwnedError:
+                log.warning("lock %r was taken over: its holder stalled past %g s", self._lock.name, self._ttl)
+                return
+            except redis.RedisError as exc:
+                log.warning("lock %r not extended: %s", self._lock.name, exc)
 
 
 class Claims:
-    def __init__(self, redis_url: str, ttl_seconds: int) -> None:
+    def __init__(self, redis_url: str, ttl_seconds: int, lock_ttl_s: float = LOCK_TTL_S) -> None:
         self._redis = redis.Redis.from_url(redis_url)
         self._ttl = ttl_seconds
-
-    def claim_delivery(self, delivery_id: str) -> bool:
-        """True the first time a delivery id is seen; GitHub redelivers with the same id."""
-        return bool(self._redis.set(f"compile-ci:delivery:{delivery_id}", b"1", nx=True, ex=self._ttl))
-
-    def release_delivery(self, delivery_id: str) -> None:
-        # Processing failed: let GitHub's (manual or automatic) redelivery try again.
-        self._redis.delete(f"compile-ci:delivery:{delivery_id}")
+        self._lock_ttl = lock_ttl_s
 
     def ping(self) -> bool:
         return bool(self._redis.ping())
@@ -65,7 +99,9 @@ class Claims:
 
     def report_lock(self, job_id: str) -> AbstractContextManager[object]:
         # One report of a job at a time, so a slow in_progress PATCH can never land after completed.
-        return self._redis.lock(f"compile-ci:report-lock:{job_id}", timeout=120, blocking_timeout=60)
+        lock = self._redis.lock(f"compile-ci:report-lock:{job_id}", timeout=self._lock_ttl, blocking_timeout=60,
+                                thread_local=False)  # the keeper thread extends it with the holder's token
+        return KeptLock(lock, self._lock_ttl)
 
     def recall(self, key: str) -> str | None:
         value = self._redis.get(f"compile-ci:memo:{key}")

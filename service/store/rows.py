@@ -60,6 +60,10 @@ class Run(Base):
     base_run_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
     # The .compile-ci.toml text the run was planned with ("" for none); a base run runs with its head's, not its own.
     config_text: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # Failed tries at planning (the head could not be fetched, GitHub failed), and when the next one is due: while
+    # it is pending the reaper leaves the run alone, so a run has one retry chain (service/jobs/run_planning.py).
+    plan_tries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    plan_retry_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
 
 
 class Job(Base):

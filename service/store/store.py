@@ -5,19 +5,21 @@ State fields of runs and jobs (state, gate, conclusion, attempt, ...) are writte
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import create_engine, delete, event, inspect, select, text, update
+from sqlalchemy import create_engine, delete, event, select, update
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.store.rows import (
     Artifact,
-    Base,
     InstalledRepo,
     Job,
     NewRun,
@@ -27,30 +29,77 @@ from service.store.rows import (
     TestResult,
     utcnow,
 )
+from service.store.schema import UNAVAILABLE, create_schema, sqlite_pragmas, unavailable_reason
 
 Row = TypeVar("Row", Run, Job)
+log = logging.getLogger(__name__)
+# The session every store call of a unit of work shares (Store.unit_of_work), per thread and per store.
+_UNIT: ContextVar[tuple[Store, Session] | None] = ContextVar("compile_ci_store_unit", default=None)
+
+
+class Conflict(Exception):
+    """A unit of work lost a race for a key (the same delivery, the same run) to a concurrent one."""
 
 
 class Store:
     def __init__(self, database_url: str) -> None:
         if database_url.startswith("sqlite:///"):
-            Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-        self.engine: Engine = create_engine(database_url, future=True)
+            try:
+                Path(database_url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                log.error("database directory cannot be created: %s", exc)
+        # A server's connections go stale when it restarts: each is pinged before use. An SQLite file's never do.
+        sqlite = database_url.startswith("sqlite")
+        self.engine: Engine = create_engine(database_url, future=True, pool_pre_ping=not sqlite)
         if self.engine.dialect.name == "sqlite":
-            event.listen(self.engine, "connect", _sqlite_pragmas)
-        try:
-            Base.metadata.create_all(self.engine)
-        except (OperationalError, IntegrityError, ProgrammingError):
-            # Another process (web, a worker) created the tables between our check and our CREATE (PostgreSQL
-            # reports the race as a duplicate in its catalogue, an IntegrityError).
-            Base.metadata.create_all(self.engine)
-        _add_missing_columns(self.engine)
+            event.listen(self.engine, "connect", sqlite_pragmas)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._schema_lock = threading.Lock()
+        self._schema_ready = False
+        try:
+            self._ensure_schema()
+        except UNAVAILABLE as exc:
+            # The process starts anyway (the web answers 503, workers retry): the schema is made once it answers.
+            log.error("database unavailable: %s", unavailable_reason(exc))
+
+    def _ensure_schema(self) -> None:
+        if self._schema_ready:
+            return
+        with self._schema_lock:
+            if self._schema_ready:
+                return
+            create_schema(self.engine)
+            self._schema_ready = True
 
     @contextmanager
     def session(self) -> Iterator[Session]:
+        unit = _UNIT.get()
+        if unit is not None and unit[0] is self:
+            yield unit[1]  # part of a unit of work: committed (or rolled back) with all of it
+            return
+        self._ensure_schema()
         with self._sessions.begin() as session:
             yield session
+
+    def in_unit_of_work(self) -> bool:
+        unit = _UNIT.get()
+        return unit is not None and unit[0] is self
+
+    @contextmanager
+    def unit_of_work(self) -> Iterator[Session]:
+        """Every call on this store inside the block, in this thread, shares one transaction: all of it is
+        committed at the end, or none of it (an exception, a killed process). Conflict when a concurrent
+        transaction wrote one of the same keys first: the whole unit may then be tried again."""
+        self._ensure_schema()
+        try:
+            with self._sessions.begin() as session:
+                token = _UNIT.set((self, session))
+                try:
+                    yield session
+                finally:
+                    _UNIT.reset(token)
+        except IntegrityError as exc:
+            raise Conflict(unavailable_reason(exc)) from exc
 
     def create_run_if_absent(self, new: NewRun) -> tuple[Run, bool]:
         try:
@@ -61,8 +110,11 @@ class Store:
                 fields = {k: v for k, v in new.__dict__.items() if k != "trigger_ref"}
                 run = Run(id=new.run_id, **fields)
                 s.add(run)
+                s.flush()
             return run, True
         except IntegrityError:  # a concurrent delivery of the same event won the insert
+            if self.in_unit_of_work():
+                raise  # its transaction is spoilt: the unit's caller tries the whole unit again
             with self.session() as s:
                 return s.get_one(Run, new.run_id), False
 
@@ -94,7 +146,7 @@ class Store:
                             s.add(job)
                 return
             except IntegrityError:
-                if attempt == 2:
+                if attempt == 2 or self.in_unit_of_work():
                     raise
 
     def transition(self, model: type[Row], row_id: str, when: Mapping[str, object],
@@ -222,37 +274,3 @@ class Store:
         with self.session() as s:
             query = select(Artifact).where(Artifact.job_id == job_id, Artifact.attempt == attempt)
             return list(s.scalars(query.order_by(Artifact.path)))
-
-
-def _add_missing_columns(engine: Engine) -> None:
-    """Additive schema changes (a new counter, say) reach a database an older version created: each missing column
-    is added with its server default. Nothing is ever dropped or changed here."""
-    existing = inspect(engine)
-    for table in Base.metadata.sorted_tables:
-        have = {column["name"] for column in existing.get_columns(table.name)}
-        for column in table.columns:
-            if column.name in have:
-                continue
-            ddl = f"ALTER TABLE {table.name} ADD COLUMN {column.name} {column.type.compile(engine.dialect)}"
-            if column.server_default is not None:
-                arg = str(column.server_default.arg)  # type: ignore[attr-defined]
-                ddl += f" DEFAULT {arg if arg.isdigit() else _sql_string(arg)}"
-            try:
-                with engine.begin() as connection:
-                    connection.execute(text(ddl))
-            except (OperationalError, ProgrammingError):
-                pass  # another process added it first
-
-
-def _sql_string(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
-    # WAL lets the web process read while a worker writes; busy_timeout makes concurrent writers
-    # (several gunicorn workers, several Celery workers) wait instead of failing.
-    cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=10000")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()

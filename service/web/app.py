@@ -16,7 +16,7 @@ from service.intake.router import Router
 from service.observability.web import install as install_observability
 from service.store import Store
 from service.store.claims import Claims
-from service.web import pages
+from service.web import outage, pages
 
 
 @dataclass(frozen=True)
@@ -45,5 +45,6 @@ def create_app(settings: Settings) -> Flask:
     app.register_blueprint(webhook.blueprint)
     app.register_blueprint(pages.blueprint)
     install_observability(app, settings, store, celery)
+    outage.install(app)
     logging.getLogger("service").setLevel(logging.INFO)
     return app

@@ -54,3 +54,27 @@ def test_a_ping_is_answered_at_once_while_slow_bodies_hold_connections(stack: St
     finally:
         for sock in slow:
             sock.close()
+
+
+FRONTED_SLOW = 100  # more than gunicorn's 2 x 32 threads: without the front, these alone would hold all of them
+
+
+def test_behind_the_nginx_front_slow_clients_hold_no_thread_and_deliveries_answer_within_a_second(
+    tmp_path: Path,
+) -> None:
+    with Stack(tmp_path, web_workers=2, workers=False, front=True) as fronted:
+        target = urlparse(fronted.web_url)
+        assert target.hostname and target.port
+        for _ in range(4):
+            _ping(fronted, target.hostname, target.port)
+        slow = []
+        try:
+            for _ in range(FRONTED_SLOW):
+                sock = socket.create_connection((target.hostname, target.port), timeout=30)
+                sock.sendall(b"POST /webhook HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                             b"X-GitHub-Event: ping\r\nX-GitHub-Delivery: slow\r\nContent-Length: 100000\r\n\r\n{")
+                slow.append(sock)
+            assert max(_ping(fronted, target.hostname, target.port) for _ in range(20)) < 1.0
+        finally:
+            for sock in slow:
+                sock.close()

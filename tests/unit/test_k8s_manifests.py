@@ -141,3 +141,16 @@ def test_runner_workers_autoscale_on_their_queue_length() -> None:
         assert 1 <= spec["minReplicaCount"] < spec["maxReplicaCount"]
     (auth,) = [d for d in applied() if d["kind"] == "TriggerAuthentication"]
     assert {r["key"] for r in auth["spec"]["secretTargetRef"]} <= set(documents("secret.example.yaml")[0]["stringData"])
+
+
+def test_the_web_service_reaches_gunicorn_only_through_its_buffering_front() -> None:
+    (service,) = [d for d in of_kind("Service") if d["metadata"]["name"] == "web"]
+    containers = {c["name"]: c for c in pod_specs()["web"]["containers"]}
+    (target,) = [c for c in containers.values()
+                 if any(p["name"] == service["spec"]["ports"][0]["targetPort"] for p in c["ports"])]
+    assert target["args"][0] == "front"  # nginx, with request buffering (service/web/front.py)
+    upstream = target["args"][target["args"].index("--upstream") + 1]
+    gunicorn = containers["web"]
+    assert upstream == f"127.0.0.1:{gunicorn['ports'][0]['containerPort']}"
+    for container in (target, gunicorn):  # ready without the database: an outage answers 503, not "no endpoint"
+        assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"

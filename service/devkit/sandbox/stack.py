@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -19,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 
 from service.devkit.github_emulator import GitHubEmulator
 from service.store import Store
+from service.web.front import front_command
 from service.web.serving import DEFAULT_THREADS, gunicorn_command
 
 APP_ID = 424242
@@ -64,8 +66,14 @@ class Stack:
     """Starts what the service needs under `root`; `stop()` ends all of it, in reverse order."""
 
     def __init__(self, root: Path, *, devices: str = "cpu", web_workers: int = 2, workers: bool = True,
-                 web_threads: int = DEFAULT_THREADS, cuda_workers: int = 1) -> None:
+                 web_threads: int = DEFAULT_THREADS, cuda_workers: int = 1, database_url: str = "",
+                 front: bool = False) -> None:
         self.root = root
+        # nginx in front of gunicorn, as deployed (service/web/front.py); web_url is then nginx's.
+        self.front = front
+        self._front_dir: Path | None = None
+        # Empty: an SQLite file under root/data (the default deployment's); else PostgreSQL, say.
+        self.database_url = database_url or f"sqlite:///{root / 'data' / 'compile-ci.sqlite3'}"
         self.web_threads = web_threads
         self.with_workers = workers
         self.devices = devices
@@ -94,7 +102,7 @@ class Stack:
             "COMPILE_CI_GITHUB_THROTTLE": "false",
             "COMPILE_CI_REDIS_URL": self.redis_url,
             "COMPILE_CI_DATA_DIR": str(self.root / "data"),
-            "COMPILE_CI_DATABASE_URL": f"sqlite:///{self.root / 'data' / 'compile-ci.sqlite3'}",
+            "COMPILE_CI_DATABASE_URL": self.database_url,
             "COMPILE_CI_PUBLIC_URL": self.web_url,
             "COMPILE_CI_CLONE_URL_TEMPLATE": (self.root / "repos").as_uri() + "/{full_name}",
             "COMPILE_CI_DEVICES": self.devices,
@@ -135,7 +143,7 @@ class Stack:
         self.emulator.start()
         self._start_redis()
         # Create the schema once, before several processes would race to.
-        Store(self.env()["COMPILE_CI_DATABASE_URL"])
+        Store(self.env()["COMPILE_CI_DATABASE_URL"]).engine.dispose()
         self._start_web()
         if self.with_workers:
             self.start_workers()
@@ -152,10 +160,15 @@ class Stack:
         self.redis_url = f"redis://127.0.0.1:{port}/0"
 
     def _start_web(self) -> None:
-        port = free_port()
-        self.web_url = f"http://127.0.0.1:{port}"
+        port, front_port = free_port(), free_port()
+        self.web_url = f"http://127.0.0.1:{front_port if self.front else port}"
         proc = self._spawn("web", gunicorn_command(f"127.0.0.1:{port}", self.web_workers, self.web_threads))
         wait_for_port(port, proc, "gunicorn")
+        if self.front:
+            # Under /tmp, not root: nginx's workers (nobody, when started as root) must reach their temp files.
+            self._front_dir = Path(tempfile.mkdtemp(prefix="compile-ci-front-"))
+            command = front_command(f"127.0.0.1:{front_port}", f"127.0.0.1:{port}", temp_dir=self._front_dir)
+            wait_for_port(front_port, self._spawn("front", command), "nginx")
 
     def start_workers(self) -> None:
         celery = [sys.executable, "-m", "celery", "-A", "service.worker"]
@@ -211,6 +224,8 @@ class Stack:
                 proc.wait()
         self.procs.clear()
         self.emulator.stop()
+        if self._front_dir is not None:
+            shutil.rmtree(self._front_dir, ignore_errors=True)
 
     def __enter__(self) -> Stack:
         self._catch_signals()
