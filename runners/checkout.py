@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import os
 import subprocess
 import tarfile
@@ -21,18 +22,23 @@ class Checkout:
     def fetch(self, clone_url: str, sha: str, *, key: str, token: str | None = None) -> Path:
         """Make `sha` present in the mirror for `key` (one per repository); returns the mirror."""
         mirror = self.mirrors_dir / f"{key}.git"
-        if not (mirror / "HEAD").exists():
-            mirror.mkdir(parents=True, exist_ok=True)
-            _git(["init", "--bare", "-q", str(mirror)], token=None)
-        if _has_commit(mirror, sha):
-            return mirror
-        # Fetching one sha by name needs uploadpack.allowAnySHA1InWant on the serving side; GitHub
-        # allows it, and for local file:// remotes git passes our -c setting to upload-pack.
-        _git(
-            ["-c", "uploadpack.allowAnySHA1InWant=true", "--git-dir", str(mirror), "fetch", "-q",
-             "--no-tags", "--depth=1", clone_url, sha],
-            token=token, url=clone_url,
-        )
+        self.mirrors_dir.mkdir(parents=True, exist_ok=True)
+        # Two jobs of one repository fetch into its mirror at once (a head and its base, two suites): git's own
+        # shallow.lock would fail the second ("File exists"), an infrastructure error; so one fetch at a time.
+        with open(self.mirrors_dir / f".{key}.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (mirror / "HEAD").exists():
+                mirror.mkdir(parents=True, exist_ok=True)
+                _git(["init", "--bare", "-q", str(mirror)], token=None)
+            if _has_commit(mirror, sha):
+                return mirror
+            # Fetching one sha by name needs uploadpack.allowAnySHA1InWant on the serving side; GitHub
+            # allows it, and for local file:// remotes git passes our -c setting to upload-pack.
+            _git(
+                ["-c", "uploadpack.allowAnySHA1InWant=true", "--git-dir", str(mirror), "fetch", "-q",
+                 "--no-tags", "--depth=1", clone_url, sha],
+                token=token, url=clone_url,
+            )
         return mirror
 
     def read_file(self, mirror: Path, sha: str, path: str) -> str | None:
