@@ -1,0 +1,95 @@
+"""The distributed suite's fixtures: whether this job can run two ranks, and the runs themselves, started once per
+model (every wrapper the session collected for it) and shared by that model's tests."""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from suites import targets
+from suites.distributed.launch import RankReport, run_ranks
+from suites.distributed.steps import WORLD_SIZE, train, trainable
+from suites.module_runs import to_fp64
+
+WRAPPERS = ("ddp", "ddp_optimizer", "fsdp2")
+GPU_REASON = ("the distributed suite needs {world} GPUs and this job sees {seen} (a worker on the cuda2 queue "
+              "with COMPILE_CI_GPUS listing two GPUs runs it)")
+
+
+def _own(item: pytest.Item) -> bool:
+    return Path(str(item.path)).resolve().is_relative_to(Path(__file__).resolve().parent)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = None
+    if not torch.distributed.is_available():
+        reason = f"torch {torch.__version__} was built without torch.distributed"
+    elif os.environ.get("COMPILE_CI_DEVICE", "").strip().lower() == "cuda" and torch.cuda.is_available():
+        seen = torch.cuda.device_count()
+        reason = GPU_REASON.format(world=WORLD_SIZE, seen=seen) if seen < WORLD_SIZE else None
+    if reason:
+        for item in items:
+            if _own(item):
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def model_key(params: dict[str, Any]) -> tuple[str, str] | None:
+    """Which model a test's parameters name: ("corpus", name) or ("declared", name)."""
+    if "corpus_model" in params:
+        return "corpus", str(params["corpus_model"])
+    entry = params.get("declared_model")
+    return ("declared", entry.name) if isinstance(entry, targets.DeclaredModel) else None
+
+
+class DistributedRuns:
+    """Two-rank runs, one per model with every wrapper this session asks of it (ranks start once, not per test),
+    and the single-process steps they are judged against."""
+
+    def __init__(self, items: list[pytest.Item], device: str, workdir: Path) -> None:
+        self.device, self.workdir = device, workdir
+        self.collected: dict[tuple[str, str], set[str]] = {}
+        for item in items:
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            key = model_key(params)
+            if key is not None and params.get("wrapper") in WRAPPERS:
+                self.collected.setdefault(key, set()).add(params["wrapper"])
+        self._runs: dict[tuple[str, str], tuple[set[str], list[RankReport]]] = {}
+        self._references: dict[tuple[str, str], tuple[Any, Any] | None] = {}
+
+    def reports(self, source: str, name: str, wrappers: list[str]) -> list[RankReport]:
+        key = (source, name)
+        ran, reports = self._runs.get(key, (set(), []))
+        if not set(wrappers) <= ran:
+            wanted = [w for w in WRAPPERS if w in {*wrappers, *self.collected.get(key, ())}]
+            workdir = self.workdir / f"{source}-{targets.readable_id(name)}-{len(self._runs)}"
+            ran, reports = set(wanted), run_ranks(source, name, wanted, self.device, workdir)
+            self._runs[key] = ran, reports
+        return reports
+
+    def single_process(self, source: str, name: str, factory: Callable[[], torch.nn.Module],
+                       inputs: tuple[Any, ...]) -> tuple[Any, Any] | None:
+        """(fp32, fp64) single-process runs of every rank's steps; None when the model has nothing to train."""
+        key = (source, name)
+        if key not in self._references:
+            device = "cuda:0" if self.device == "cuda" else "cpu"
+            torch.manual_seed(0)
+            module = factory().to(device)
+            module64 = copy.deepcopy(module).to(torch.float64)
+            inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
+            self._references[key] = (
+                (train(module, module, inputs, range(WORLD_SIZE)),
+                 train(module64, module64, to_fp64(inputs), range(WORLD_SIZE)))
+                if trainable(module) else None)
+        return self._references[key]
+
+
+@pytest.fixture(scope="session")
+def distributed_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> DistributedRuns:
+    device = os.environ.get("COMPILE_CI_DEVICE", "").strip().lower() or "cpu"
+    return DistributedRuns(request.session.items, device, tmp_path_factory.mktemp("distributed"))
