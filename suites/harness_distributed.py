@@ -25,7 +25,7 @@ def fully_shard() -> Callable[..., Any]:
     """FSDP2's ``fully_shard``, wherever this torch keeps it."""
     for module in _FULLY_SHARD_HOMES:
         try:
-            return getattr(importlib.import_module(module), "fully_shard")
+            return importlib.import_module(module).fully_shard
         except (ImportError, AttributeError):
             continue
     pytest.skip(f"torch {torch.__version__} has no FSDP2 fully_shard (looked in {', '.join(_FULLY_SHARD_HOMES)})")

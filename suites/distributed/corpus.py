@@ -15,45 +15,65 @@ from torch.nn import functional as F
 BUCKET_CAP_MB = 1
 
 
+class ResidualBlock(nn.Module):
+    """``h + tanh(linear(norm(h)))`` at width 512: 1 MiB of float32 weights, one DDP bucket's worth."""
+
+    def __init__(self, width: int = 512) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.linear = nn.Linear(width, width)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return h + torch.tanh(self.linear(self.norm(h)))
+
+
 class BucketedMLP(nn.Module):
-    """Three 512x512 layers, 1 MiB of float32 weights each: more than one DDP bucket, so DDPOptimizer must cut the
-    compiled graph at least once. LayerNorm and a residual give the backward something besides matmuls."""
+    """Three residual blocks: more than one DDP bucket, so DDPOptimizer must cut the compiled graph at least once,
+    and three FSDP2 units, each gathering its weights just before it runs."""
 
     def __init__(self) -> None:
         super().__init__()
         self.inp = nn.Linear(32, 512)
-        self.hidden = nn.ModuleList(nn.Linear(512, 512) for _ in range(3))
-        self.norm = nn.LayerNorm(512)
+        self.blocks = nn.ModuleList(ResidualBlock() for _ in range(3))
         self.out = nn.Linear(512, 8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = F.gelu(self.inp(x))
-        for layer in self.hidden:
-            h = h + torch.tanh(layer(self.norm(h)))
+        for block in self.blocks:
+            h = block(h)
         return self.out(h)
 
 
-class TinyTransformer(nn.Module):
-    """Token ids -> embedding -> one causal attention block -> logits: integer inputs, an embedding's sparse-looking
-    backward (index_put accumulation) and scaled_dot_product_attention under DDP and FSDP2."""
+class AttentionBlock(nn.Module):
+    """Pre-norm causal self-attention with a residual, through scaled_dot_product_attention."""
 
-    def __init__(self, vocab: int = 64, width: int = 32, heads: int = 4) -> None:
+    def __init__(self, width: int, heads: int) -> None:
         super().__init__()
         self.heads = heads
-        self.embed = nn.Embedding(vocab, width)
+        self.norm = nn.LayerNorm(width)
         self.qkv = nn.Linear(width, 3 * width)
         self.proj = nn.Linear(width, width)
-        self.norm = nn.LayerNorm(width)
-        self.head = nn.Linear(width, vocab)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        x = self.embed(tokens)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, length, width = x.shape
         q, k, v = self.qkv(self.norm(x)).view(batch, length, 3, self.heads, -1).unbind(dim=2)
         attended = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                   is_causal=True)
-        x = x + self.proj(attended.transpose(1, 2).reshape(batch, length, width))
-        return self.head(x)
+        return x + self.proj(attended.transpose(1, 2).reshape(batch, length, width))
+
+
+class TinyTransformer(nn.Module):
+    """Token ids -> embedding -> one attention block -> logits: integer inputs and an embedding's backward
+    (an accumulating index_put) under DDP and FSDP2."""
+
+    def __init__(self, vocab: int = 64, width: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.block = AttentionBlock(width, heads)
+        self.head = nn.Linear(width, vocab)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(self.embed(tokens)))
 
 
 @dataclass(frozen=True)
@@ -61,17 +81,18 @@ class CorpusModel:
     name: str
     factory: Callable[[], nn.Module]
     make_inputs: Callable[[], tuple[torch.Tensor, ...]]  # called after torch.manual_seed(0): the same on every rank
-    # Submodules that fully_shard makes FSDP2 units of their own (the root is always one); declared models get the
-    # root only, since a submodule whose weights are used without calling it would never gather them.
+    # Submodules that fully_shard makes FSDP2 units of their own (the root is always one), blocks of the model's own
+    # as in a real FSDP2 setup: dynamo does not start a frame in a torch.nn layer, so a bare nn.Linear unit would
+    # run eagerly. Declared models get the root only: a submodule whose weights are used without calling it would
+    # never gather them.
     fsdp_units: tuple[str, ...] = ()
 
 
 CORPUS = {
     model.name: model
     for model in (
-        CorpusModel("bucketed_mlp", BucketedMLP, lambda: (torch.randn(8, 32),),
-                    ("inp", "hidden.0", "hidden.1", "hidden.2")),
-        CorpusModel("tiny_transformer", TinyTransformer, lambda: (torch.randint(0, 64, (2, 16)),), ("qkv", "proj")),
+        CorpusModel("bucketed_mlp", BucketedMLP, lambda: (torch.randn(8, 32),), ("blocks.0", "blocks.1", "blocks.2")),
+        CorpusModel("tiny_transformer", TinyTransformer, lambda: (torch.randint(0, 64, (2, 16)),), ("block",)),
     )
 }
 # Models of the corpus whose weights fill more than one DDP bucket: DDPOptimizer must split their graph.

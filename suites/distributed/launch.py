@@ -49,7 +49,7 @@ class RankReport:
             how = "exited normally"
         else:
             how = f"exited with code {self.exit_code}"
-        return f"rank {self.rank} {how}" + (f"; its last lines:\n{self.log_tail}" if self.log_tail else "")
+        return how + (f"; its last lines:\n{self.log_tail}" if self.log_tail else "")
 
 
 def backend_for(device: str) -> str:

@@ -15,10 +15,18 @@ import pytest
 import torch
 
 from suites import targets
+from suites.capture import add_foreign_code
 from suites.distributed.conftest import WRAPPERS, DistributedRuns
 from suites.distributed.corpus import CORPUS, MULTI_BUCKET
 from suites.distributed.launch import RankReport, backend_for
-from suites.distributed.verdicts import COUNTERS, cross_rank_mismatches, numeric_problems, rank_failures
+from suites.distributed.verdicts import (
+    COUNTERS,
+    compiled_nothing,
+    cross_rank_mismatches,
+    numeric_problems,
+    rank_failures,
+    shortened,
+)
 from suites.judging import full_precision_on_cuda
 
 Recorder = Callable[[str, object], None]
@@ -46,13 +54,18 @@ def check_training_step(runs: DistributedRuns, source: str, name: str, factory: 
     if skip:
         pytest.skip(skip)
     if problems:
-        pytest.fail("\n  ".join(problems + [report.describe() for report in reports]), pytrace=False)
+        pytest.fail("\n  ".join(problems), pytrace=False)
     _record(reports, wrapper, device, record_property)
+    # The job page shows rank 0's generated code as the test's own (the ranks compile the same graphs, or the
+    # mismatch below says how they differ).
+    add_foreign_code(reports[0].results[wrapper]["compiled"]["codes"])
     sections = []
+    if eager_only := compiled_nothing(reports, wrapper):
+        sections.append("\n  ".join(eager_only))
     if mismatches := cross_rank_mismatches(reports, wrapper):
         sections.append("\n  ".join(mismatches))
     if numerics := numeric_problems(reports, wrapper, *single):
-        sections.append("\n  ".join([f"the compiled or eager {wrapper} step is off:", *numerics]))
+        sections.append("\n  ".join([f"the compiled or eager {wrapper} step is off:", *shortened(numerics)]))
     if sections:
         pytest.fail("\n".join(sections), pytrace=False)
 

@@ -26,6 +26,7 @@ from suites.module_runs import flatten_outputs
 COUNTERS = ("graphs", "graph_breaks", "recompiles", "backend_graphs")
 COUNTER_WORDS = {"graphs": "graphs dynamo captured", "graph_breaks": "graph breaks", "recompiles": "recompiles",
                  "backend_graphs": "graphs handed to inductor (DDPOptimizer's bucket pieces each count)"}
+MAX_LINES = 12
 # Addresses and object ids differ between two processes running the same code; line numbers and names do not.
 _PROCESS_SPECIFIC = re.compile(r"0x[0-9a-fA-F]+|\b\d{6,}\b")
 
@@ -41,8 +42,11 @@ def rank_failures(reports: list[RankReport], wrapper: str) -> tuple[list[str], s
         return [], None
     lines = []
     for report, result in zip(reports, results, strict=True):
-        if result is None:
-            lines.append(f"rank {report.rank}: no result for {wrapper} ({report.describe()})")
+        failed_before = [w for w, r in report.results.items() if r["status"] == "error"]
+        if result is None and failed_before:
+            lines.append(f"rank {report.rank} did not run it: it stopped after its {failed_before[0]} step failed")
+        elif result is None:
+            lines.append(f"rank {report.rank} left no result for {wrapper}: {report.describe()}")
         elif result["status"] != "ran":
             lines.append(f"rank {report.rank} {result['status']}: {result['message']}")
         else:
@@ -74,10 +78,30 @@ def cross_rank_mismatches(reports: list[RankReport], wrapper: str) -> list[str]:
             lines.append(f"{what} differ in their reasons")
     if not lines:
         return []
+    for key, what in (("graph_break_reasons", "graph breaks"), ("recompile_reasons", "recompiles")):
+        counts = [Counter(_reasons(result, key)) for result in compiled]
+        for rank, count in enumerate(counts):
+            others = Counter[str]()
+            for other in counts[:rank] + counts[rank + 1:]:
+                others |= other
+            lines += [f"{what} only on rank {rank}: {bounded(reason)}" for reason in (count - others).elements()]
     details = [_listed(r, what, result[key]) for key, what in (("graph_break_reasons", "graph breaks"),
                                                                 ("recompile_reasons", "recompiles"))
-               for r, result in enumerate(compiled)]
+               if any(result[key] for result in compiled) for r, result in enumerate(compiled)]
     return ["the ranks compiled differently:", *lines, *details]
+
+
+def compiled_nothing(reports: list[RankReport], wrapper: str) -> list[str]:
+    """A compiled step that handed inductor no graph ran eagerly: its numbers would match eager's and prove nothing
+    (dynamo gives up on a frame it cannot resume, and does not start one in torch.nn's own layers)."""
+    return [f"rank {report.rank}: torch.compile handed inductor no graph, so the {wrapper} step ran eagerly"
+            for report in reports if report.results[wrapper]["compiled"]["counters"]["backend_graphs"] == 0]
+
+
+def shortened(lines: list[str], limit: int = MAX_LINES) -> list[str]:
+    """At most ``limit`` lines, the rest counted: a check-run annotation that lists every leaf of every rank and
+    step says less than its first lines."""
+    return lines if len(lines) <= limit else [*lines[:limit], f"... and {len(lines) - limit} more"]
 
 
 def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:

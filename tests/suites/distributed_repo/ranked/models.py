@@ -1,0 +1,54 @@
+"""Models that behave differently on rank 1 of a distributed run (and like rank 0 outside one): bugs the
+distributed suite must report with both ranks' side of the story, and one clean model it must pass."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+def rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+class Clean(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 32)
+        self.b = nn.Linear(32, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+class RankOneBreaks(Clean):
+    """Graph-breaks on rank 1 only: rank 1 compiles one graph more than rank 0."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.a(x))
+        if rank() == 1:
+            torch._dynamo.graph_break()
+        return self.b(h)
+
+
+class RankScaled(Clean):
+    """Rank 1's output (so its gradient) is twice rank 0's: the averaged gradient is not the single-process one."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x) * (1 + rank())
+
+
+class RaisesOnRankOne(Clean):
+    """Raises on rank 1 before its first collective: rank 0 is left waiting in DDP's all-reduce."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if rank() == 1:
+            raise RuntimeError("planted failure on rank 1")
+        return super().forward(x)
+
+
+def examples() -> list[tuple[str, type[nn.Module], tuple[torch.Tensor, ...]]]:
+    inputs = (torch.randn(4, 16),)
+    return [("clean", Clean, inputs), ("rank_one_breaks", RankOneBreaks, inputs), ("rank_scaled", RankScaled, inputs),
+            ("raises_on_rank_one", RaisesOnRankOne, inputs)]
