@@ -28,6 +28,7 @@ from suites.distributed.steps import WORLD_SIZE
 # Kept equal to runners.gpus.GPU_JOB_ENV (suites never import runners; tests/suites checks they agree).
 GPU_JOB_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
+TIMEOUT_ENV = "COMPILE_CI_DISTRIBUTED_TIMEOUT_S"
 RUN_TIMEOUT_S = 900  # one model under every wrapper asked for, compiled cold on a 2-CPU job
 PEER_GRACE_S = 60  # how long a rank may run on after its peer exited: compiling or saving, not more
 LOG_TAIL_LINES = 12
@@ -99,9 +100,16 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
-def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> dict[int, str]:
+def run_timeout_s() -> int:
+    """How long the two ranks of one model may take, all wrappers together (TIMEOUT_ENV, default RUN_TIMEOUT_S)."""
+    value = os.environ.get(TIMEOUT_ENV, "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else RUN_TIMEOUT_S
+
+
+def _wait(procs: list[subprocess.Popen[bytes]], limit_s: int) -> dict[int, str]:
     """Wait for every rank; kill those past the deadline or long after a peer exited. Returns rank -> why killed."""
     stopped: dict[int, str] = {}
+    deadline = time.monotonic() + limit_s
     first_exit: float | None = None
     while any(proc.returncode is None for proc in procs):
         for rank, proc in enumerate(procs):
@@ -113,7 +121,7 @@ def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> dict[int, st
             except subprocess.TimeoutExpired:
                 now = time.monotonic()
                 if now > deadline:
-                    stopped[rank] = f"was killed after the run's {RUN_TIMEOUT_S} s limit"
+                    stopped[rank] = f"was killed at the run's {limit_s} s limit ({TIMEOUT_ENV})"
                 elif first_exit is not None and now - first_exit > PEER_GRACE_S:
                     stopped[rank] = f"was still running {PEER_GRACE_S} s after its peer exited, and was killed"
                 else:
@@ -125,11 +133,11 @@ def _wait(procs: list[subprocess.Popen[bytes]], deadline: float) -> dict[int, st
 def run_ranks(source: str, name: str, wrappers: list[str], device: str, workdir: Path) -> list[RankReport]:
     """Train model ``name`` (``source``: corpus or declared) under each wrapper on two ranks; their reports."""
     workdir.mkdir(parents=True, exist_ok=True)
-    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False,
-                          timeout=timedelta(seconds=RUN_TIMEOUT_S))
+    limit_s = run_timeout_s()
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=limit_s))
     request = {"host": "127.0.0.1", "port": store.port, "backend": backend_for(device), "device": device,
                "source": source, "name": name, "wrappers": wrappers, "out_dir": str(workdir),
-               "timeout_s": RUN_TIMEOUT_S}
+               "timeout_s": limit_s}
     request_path = workdir / "request.json"
     request_path.write_text(json.dumps(request))
     env = rank_environment(device)
@@ -141,7 +149,7 @@ def run_ranks(source: str, name: str, wrappers: list[str], device: str, workdir:
                     [sys.executable, "-m", "suites.distributed.rank", str(request_path), str(rank)],
                     cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                     start_new_session=True))  # its own process group: killing it ends its compile workers too
-        stopped = _wait(procs, time.monotonic() + RUN_TIMEOUT_S)
+        stopped = _wait(procs, limit_s)
     finally:
         for proc in procs:
             if proc.returncode is None:

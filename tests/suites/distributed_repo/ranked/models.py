@@ -3,6 +3,8 @@ distributed suite must report with both ranks' side of the story, and one clean 
 
 from __future__ import annotations
 
+import threading
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -48,7 +50,16 @@ class RaisesOnRankOne(Clean):
         return super().forward(x)
 
 
+class HangsOnRankOne(Clean):
+    """Rank 1 never reaches its first collective and never exits: only the run's time limit ends both ranks."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if rank() == 1:
+            threading.Event().wait()
+        return super().forward(x)
+
+
 def examples() -> list[tuple[str, type[nn.Module], tuple[torch.Tensor, ...]]]:
     inputs = (torch.randn(4, 16),)
     return [("clean", Clean, inputs), ("rank_one_breaks", RankOneBreaks, inputs), ("rank_scaled", RankScaled, inputs),
-            ("raises_on_rank_one", RaisesOnRankOne, inputs)]
+            ("raises_on_rank_one", RaisesOnRankOne, inputs), ("hangs_on_rank_one", HangsOnRankOne, inputs)]
