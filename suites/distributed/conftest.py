@@ -61,15 +61,20 @@ class DistributedRuns:
                 self.collected.setdefault(key, set()).add(params["wrapper"])
         self._runs: dict[tuple[str, str], tuple[set[str], list[RankReport]]] = {}
         self._references: dict[tuple[str, str], tuple[Any, Any] | None] = {}
+        self._launches = 0
 
-    def reports(self, source: str, name: str, wrappers: list[str]) -> list[RankReport]:
+    def reports(self, source: str, name: str, wrappers: list[str], fresh: bool = False) -> list[RankReport]:
+        """The ranks' reports for ``wrappers`` of a model; ``fresh``: from new ranks, for these wrappers only (an
+        in-job rerun of a failed test must really run again, or a flaky failure would look like a broken one)."""
         key = (source, name)
         ran, reports = self._runs.get(key, (set(), []))
-        if not set(wrappers) <= ran:
-            wanted = [w for w in WRAPPERS if w in {*wrappers, *self.collected.get(key, ())}]
-            workdir = self.workdir / f"{source}-{targets.readable_id(name)}-{len(self._runs)}"
+        if fresh or not set(wrappers) <= ran:
+            wanted = [w for w in WRAPPERS if w in {*wrappers, *([] if fresh else self.collected.get(key, ()))}]
+            self._launches += 1
+            workdir = self.workdir / f"{source}-{targets.readable_id(name)}-{self._launches}"
             ran, reports = set(wanted), run_ranks(source, name, wanted, self.device, workdir)
-            self._runs[key] = ran, reports
+            if not fresh:
+                self._runs[key] = ran, reports
         return reports
 
     def single_process(self, source: str, name: str, factory: Callable[[], torch.nn.Module],

@@ -4,7 +4,7 @@ Joins the process group through the test's TCP store on loopback, then for each 
 fresh copy of the model eagerly and compiled under that wrapper and saves, per wrapper, ``rank<R>-<wrapper>.pt``:
 both runs' gradients and parameters, the compiled run's counters (graphs, graph breaks, recompiles, graphs handed
 to inductor) with their reasons, and inductor's generated code. The test process judges the files; a rank only
-reports. After a wrapper fails, a rank stops: its peer may be waiting in a collective that will never come.
+reports. After a wrapper fails, a rank exits at once: its peer may be waiting in a collective that will never come.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 import traceback
 from datetime import timedelta
 from pathlib import Path
@@ -92,8 +93,12 @@ def run_wrapper(source: str, name: str, wrapper: str, device: str, rank: int) ->
         factory, example_inputs, units = load_model(source, name)
         inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in example_inputs)
         module = build(factory, device)
+        start = time.monotonic()
         eager = train(wrap(module, wrapper, device, units), module, inputs, [rank])
+        eager_s, start = time.monotonic() - start, time.monotonic()
         compiled = compiled_run(factory, inputs, wrapper, device, units, rank)
+        compiled["counters"]["seconds"] = round(time.monotonic() - start, 2)  # compiling included
+        eager["seconds"] = round(eager_s, 2)
     except pytest.skip.Exception as exc:
         return {"status": "skipped", "message": str(exc.msg)}
     except Exception as exc:  # noqa: BLE001 - whatever the model or torch raised is this rank's report
@@ -118,14 +123,15 @@ def main(argv: list[str]) -> int:
                           timeout=timedelta(seconds=request["timeout_s"]))
     dist.init_process_group(request["backend"], store=store, rank=rank, world_size=WORLD_SIZE,
                             timeout=timedelta(seconds=request["timeout_s"]))
-    try:
-        for wrapper in request["wrappers"]:
-            result = run_wrapper(request["source"], request["name"], wrapper, device, rank)
-            torch.save(result, out / f"rank{rank}-{wrapper}.pt")
-            if result["status"] == "error":
-                break
-    finally:
-        dist.destroy_process_group()
+    for wrapper in request["wrappers"]:
+        result = run_wrapper(request["source"], request["name"], wrapper, device, rank)
+        torch.save(result, out / f"rank{rank}-{wrapper}.pt")
+        if result["status"] == "error":
+            # Leave without tearing the process group down: with NCCL that waits on the collective the peer is
+            # stuck in (the launcher kills a peer that outlives this rank by a minute).
+            sys.stdout.flush()
+            os._exit(1)
+    dist.destroy_process_group()
     return 0
 
 

@@ -28,28 +28,33 @@ from suites.distributed.verdicts import (
     shortened,
 )
 from suites.judging import full_precision_on_cuda
+from suites.reruns import earlier_attempts
 
-Recorder = Callable[[str, object], None]
+Recorder = Callable[[tuple[str, object]], None]
 
 
-def _record(reports: list[RankReport], wrapper: str, device: str, record_property: Recorder) -> None:
+def _record(reports: list[RankReport], wrapper: str, device: str, record: Recorder) -> None:
     # Each rank's counters as JUnit properties, which the artifacts plugin copies into the test's metrics.json.
-    record_property("backend", backend_for(device))
+    record(("backend", backend_for(device)))
     for report in reports:
         compiled = report.results[wrapper]["compiled"]
         for key in COUNTERS:
-            record_property(f"rank{report.rank}_{key}", compiled["counters"][key])
+            record((f"rank{report.rank}_{key}", compiled["counters"][key]))
+        # Wall time of the rank's steps: eager, then compiled with its compiling (the ranks start once per model).
+        record((f"rank{report.rank}_eager_s", report.results[wrapper]["eager"]["seconds"]))
+        record((f"rank{report.rank}_compiled_s", compiled["counters"]["seconds"]))
         for key in ("graph_break_reasons", "recompile_reasons"):
-            record_property(f"rank{report.rank}_{key}", " | ".join(compiled[key]))
+            record((f"rank{report.rank}_{key}", " | ".join(compiled[key])))
 
 
 def check_training_step(runs: DistributedRuns, source: str, name: str, factory: Callable[[], Any],
-                        inputs: tuple[Any, ...], wrapper: str, device: str, record_property: Recorder) -> None:
+                        inputs: tuple[Any, ...], wrapper: str, device: str, request: pytest.FixtureRequest) -> None:
+    record_property = request.node.user_properties.append
     with full_precision_on_cuda(device):
         single = runs.single_process(source, name, factory, inputs)
     if single is None:
         pytest.skip("no parameter of the model requires grad: DDP and FSDP2 have nothing to synchronise")
-    reports = runs.reports(source, name, [wrapper])
+    reports = runs.reports(source, name, [wrapper], fresh=bool(earlier_attempts(request.node)))
     problems, skip = rank_failures(reports, wrapper)
     if skip:
         pytest.skip(skip)
@@ -73,19 +78,19 @@ def check_training_step(runs: DistributedRuns, source: str, name: str, factory: 
 @pytest.mark.parametrize("wrapper", WRAPPERS)
 @pytest.mark.parametrize("corpus_model", sorted(CORPUS))
 def test_training_step_matches_across_ranks(corpus_model: str, wrapper: str, device: str,
-                                            distributed_runs: DistributedRuns, record_property: Recorder) -> None:
+                                            distributed_runs: DistributedRuns, request: pytest.FixtureRequest) -> None:
     model = CORPUS[corpus_model]
     check_training_step(distributed_runs, "corpus", corpus_model, model.factory, _seeded(model.make_inputs),
-                        wrapper, device, record_property)
+                        wrapper, device, request)
 
 
 @pytest.mark.parametrize("wrapper", WRAPPERS)
 def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetError, wrapper: str, device: str,
-                        distributed_runs: DistributedRuns, record_property: Recorder) -> None:
+                        distributed_runs: DistributedRuns, request: pytest.FixtureRequest) -> None:
     if isinstance(declared_model, targets.TargetError):
         declared_model.fail()
     check_training_step(distributed_runs, "declared", declared_model.name, declared_model.factory,
-                        declared_model.example_inputs, wrapper, device, record_property)
+                        declared_model.example_inputs, wrapper, device, request)
 
 
 @pytest.mark.parametrize("corpus_model", MULTI_BUCKET)

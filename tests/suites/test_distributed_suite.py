@@ -82,3 +82,12 @@ def test_gpu_jobs_keep_nvlink_multicast_off_in_every_rank() -> None:
     assert launch.GPU_JOB_ENV == GPU_JOB_ENV
     env = launch.rank_environment("cuda")
     assert {key: env[key] for key in GPU_JOB_ENV} == GPU_JOB_ENV
+
+
+def test_an_in_job_rerun_starts_new_ranks_so_a_flaky_failure_shows_as_flaky(tmp_path: Path) -> None:
+    env = _ranked_env(COMPILE_CI_RERUNS="1", RANKED_ONCE_MARKER=str(tmp_path / "failed-once"))
+    run = run_suite("distributed", "test_declared_model and fails_once and ddp and not optimizer", tmp_path,
+                    plugin="suites.plugin", extra_env=env)
+    name = "test_declared_model[fails_once_on_rank_one-ddp]"
+    assert run.returncode == 0 and run.outcomes == {name: "passed"}, run.describe()
+    assert run.properties[name]["compile_ci_reruns"] == "failed", run.properties[name]

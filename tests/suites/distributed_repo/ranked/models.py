@@ -3,6 +3,7 @@ distributed suite must report with both ranks' side of the story, and one clean 
 
 from __future__ import annotations
 
+import os
 import threading
 
 import torch
@@ -59,7 +60,25 @@ class HangsOnRankOne(Clean):
         return super().forward(x)
 
 
+class FailsOnceOnRankOne(Clean):
+    """Raises on rank 1 the first time only (a marker file, named by RANKED_ONCE_MARKER, remembers): a flaky failure
+    that an in-job rerun must see pass, which it can only if the rerun starts new ranks. The file is looked at when
+    the model is built, not in forward: a file system call in forward is a graph break on rank 1 only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.marker = os.environ.get("RANKED_ONCE_MARKER", "")
+        self.fails = rank() == 1 and bool(self.marker) and not os.path.exists(self.marker)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.fails:
+            open(self.marker, "w").close()
+            raise RuntimeError("planted one-off failure on rank 1")
+        return super().forward(x)
+
+
 def examples() -> list[tuple[str, type[nn.Module], tuple[torch.Tensor, ...]]]:
     inputs = (torch.randn(4, 16),)
     return [("clean", Clean, inputs), ("rank_one_breaks", RankOneBreaks, inputs), ("rank_scaled", RankScaled, inputs),
-            ("raises_on_rank_one", RaisesOnRankOne, inputs), ("hangs_on_rank_one", HangsOnRankOne, inputs)]
+            ("raises_on_rank_one", RaisesOnRankOne, inputs), ("hangs_on_rank_one", HangsOnRankOne, inputs),
+            ("fails_once_on_rank_one", FailsOnceOnRankOne, inputs)]
