@@ -16,9 +16,9 @@ import torch
 
 from suites import targets
 from suites.capture import add_foreign_code
-from suites.distributed.conftest import WRAPPERS, DistributedRuns
 from suites.distributed.corpus import CORPUS, MULTI_BUCKET
 from suites.distributed.launch import RankReport, backend_for
+from suites.distributed.runs import WRAPPERS, DistributedRuns
 from suites.distributed.verdicts import (
     COUNTERS,
     compiled_nothing,
