@@ -64,7 +64,8 @@ def test_rank_dependent_bugs_fail_with_both_ranks_reasons(tmp_path: Path) -> Non
 
     raised = run.messages["test_declared_model[raises_on_rank_one-ddp]"]
     assert "rank 1 error: RuntimeError: planted failure on rank 1" in raised, raised
-    assert re.search(r"rank 0 error: .*Connection closed by peer", raised), raised
+    # gloo's words for a peer that exited: closed or reset, depending on where rank 0's read was.
+    assert re.search(r"rank 0 error: .*Connection (closed|reset) by peer", raised), raised
 
 
 def test_a_rank_that_hangs_is_killed_at_the_time_limit(tmp_path: Path) -> None:
@@ -74,7 +75,8 @@ def test_a_rank_that_hangs_is_killed_at_the_time_limit(tmp_path: Path) -> None:
     message = run.messages["test_declared_model[hangs_on_rank_one-ddp]"]
     assert "rank 1 left no result for ddp: was killed at the run's 10 s limit" in message, message
     # Rank 0 waited in DDP's all-reduce: killed at the limit too, or told by gloo that its peer is gone.
-    assert re.search(r"rank 0 (left no result for ddp: was killed at the run's 10 s limit|error: .*closed)", message)
+    assert re.search(r"rank 0 (left no result for ddp: was killed at the run's 10 s limit|error: .*Connection)",
+                     message), message
 
 
 def test_gpu_jobs_keep_nvlink_multicast_off_in_every_rank() -> None:
