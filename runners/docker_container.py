@@ -12,6 +12,7 @@ from typing import Any
 import docker.types
 
 from runners.compile_cache import slug
+from runners.gpus import gpu_job_env
 from runners.outbox import Limits
 from runners.protocol import RunSpec, map_paths
 from runners.toolchain import linker_env
@@ -50,7 +51,7 @@ def container_config(spec: RunSpec, image: str, cache: docker.types.Mount | None
         mounts.append(docker.types.Mount(DEPS_MOUNT, str(spec.deps_dir), type="bind", read_only=True))
     env = {key: map_paths(value, paths) for key, value in spec.env.items()}
     env.update({"HOME": "/tmp", "TMPDIR": "/tmp", "USER": "runner", "PYTHONUNBUFFERED": "1",
-                **linker_env(in_image=True)})
+                **linker_env(in_image=True), **gpu_job_env(spec.device)})
     if cache is not None:
         mounts.append(cache)
         # Compile caches outlive the job: a rerun of the same code skips inductor's C++/Triton builds.

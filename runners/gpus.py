@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import re
 
+# NVLink multicast (NCCL's NVLS, PyTorch's symmetric memory, NVSHMEM) stays off in every cuda job, whatever runner
+# starts it: on a GPU host that others share, a program using it can put every GPU of the host out of service. Plain
+# NCCL rings and trees over NVLink or PCIe need none of it (the distributed suite's two ranks use those).
+GPU_JOB_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
 _GPU = re.compile(r"^(\d{1,3}|GPU-[0-9a-fA-F-]{8,64}|MIG-[0-9a-zA-Z/-]{8,80})$")
 
 
@@ -28,3 +33,8 @@ def visible_devices(device: str, gpus: tuple[str, ...]) -> str | None:
     if device != "cuda":
         return ""
     return ",".join(gpus) if gpus else None
+
+
+def gpu_job_env(device: str) -> dict[str, str]:
+    """Variables every job on `device` gets after its own (so a job cannot turn them back on): GPU_JOB_ENV for cuda."""
+    return dict(GPU_JOB_ENV) if device == "cuda" else {}

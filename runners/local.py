@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO
 
 from runners.compile_cache import JobCache, open_job_cache, process_alive
-from runners.gpus import visible_devices
+from runners.gpus import gpu_job_env, visible_devices
 from runners.job_log import LogSink
 from runners.outbox import (
     PROGRESS_EVERY_S,
@@ -69,6 +69,7 @@ class LocalRunner:
         env.update(linker_env(in_image=False))
         env.update(vec_isa_env(self.python, env))
         env.update({key: map_paths(value, paths) for key, value in spec.env.items()})
+        env.update(gpu_job_env(spec.device))
         visible = visible_devices(spec.device, self.gpus)
         if visible is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible

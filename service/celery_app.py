@@ -1,4 +1,4 @@
-"""The Celery app: Redis broker, queues cpu / cuda / github, late acks, JSON, one message at a time."""
+"""The Celery app: Redis broker, queues cpu / cuda / cuda2 / github, late acks, JSON, one message at a time."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from kombu import Queue
 
 from service.config import Settings
 
-QUEUES = ("cpu", "cuda", "github")
+# cuda2: cuda jobs of suites that need two GPUs of one host (service.jobs.planning.job_queue), for workers given two.
+QUEUES = ("cpu", "cuda", "cuda2", "github")
 # kombu's Redis transport keeps one list per priority step (0, 3, 6, 9) and takes from the lowest number first:
 # a job whose worker died goes first, then jobs whose message was lost (they had their place in line), then the rest,
 # and a pull request's base run last: a head job never waits behind a base job that is merely queued.
@@ -84,12 +85,12 @@ class CeleryQueue:
         args: list[object] = [run_id] if retry_of is None else [run_id, retry_of]
         self._app.send_task(PLAN_RUN, args=args, queue="github", countdown=delay_s or None)
 
-    def run_job(self, job_id: str, device: str, *, first: bool = False, again: bool = False,
+    def run_job(self, job_id: str, queue: str, *, first: bool = False, again: bool = False,
                 low: bool = False) -> None:
         """`first`: ahead of every job waiting (it had started and lost its worker); `again`: ahead of the jobs
         queued normally (its message was lost, not its place in line); `low`: behind them all (a base run)."""
         priority = FIRST if first else AGAIN if again else LOW if low else NORMAL
-        self._app.send_task(RUN_JOB, args=[job_id], queue=device, priority=priority)
+        self._app.send_task(RUN_JOB, args=[job_id], queue=queue, priority=priority)
 
     def report_job(self, job_id: str) -> None:
         self._app.send_task(REPORT_JOB, args=[job_id], queue="github")

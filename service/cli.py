@@ -81,8 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         command = front_command(args.listen, args.upstream, args.workers)
         os.execv(command[0], command)
     if args.command == "worker":
-        _validated_settings()
+        settings = _validated_settings()
         queues = args.queues.split(",")
+        from service.jobs.planning import worker_queues_problem
+
+        if problem := worker_queues_problem(queues, settings.gpus):
+            parser.error(problem)
         pool = ["-P", "threads"] if queues == ["github"] else []
         beat = ["-B"] if args.beat else []
         os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "service.worker", "worker", "-Q",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from service.jobs import lifecycle
 from service.jobs.context import JobQueue
 from service.jobs.lifecycle import Cancel, JobState
+from service.jobs.planning import job_queue
 from service.store import APPROVAL_SUITE, Job, Run, Store
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def rerun_jobs(store: Store, queue: JobQueue, devices: tuple[str, ...], jobs: It
             continue
         outcome.started.append(fresh)
         queue.report_job(fresh.id)
-        queue.run_job(fresh.id, fresh.device)
+        queue.run_job(fresh.id, job_queue(fresh.suite, fresh.device))
     return outcome
 
 

@@ -22,7 +22,7 @@ from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
 from service.jobs.outcome import judge, read_attempt, read_json, write_meta
-from service.jobs.planning import builtin_suites
+from service.jobs.planning import builtin_suites, job_queue
 from service.observability.worker import job_finished, job_started
 from service.repo_config import CONFIG_FILE, RepoConfig, parse_repo_config
 from service.store import Job, Run
@@ -56,7 +56,7 @@ def run_job(ctx: WorkerContext, job_id: str) -> None:
         _tell(lambda: ctx.queue.report_job(job_id))
         retry = _execute(ctx, started, lease)
     if retry:  # only after the lease is gone, or the retry would find it held and drop itself
-        _tell(lambda: ctx.queue.run_job(job_id, job.device, first=True))
+        _tell(lambda: ctx.queue.run_job(job_id, job_queue(job.suite, job.device), first=True))
     _tell(lambda: ctx.queue.report_job(job_id))
 
 

@@ -7,6 +7,24 @@ from pathlib import Path
 
 from service.repo_config import CONFIG_FILE, DEVICES, RepoConfig
 
+# A suite whose cuda jobs need two GPUs of one host waits in its own queue, which only a worker given two GPUs
+# (COMPILE_CI_GPUS=0,1) consumes; its cpu jobs run on the cpu queue like any other (two ranks on the CPU).
+MULTI_GPU_QUEUE = "cuda2"
+MULTI_GPU_SUITES = frozenset({"distributed"})
+
+
+def job_queue(suite: str, device: str) -> str:
+    """The Celery queue a (suite, device) job waits in: its device's, or cuda2 for a multi-GPU suite on cuda."""
+    return MULTI_GPU_QUEUE if device == "cuda" and suite in MULTI_GPU_SUITES else device
+
+
+def worker_queues_problem(queues: list[str], gpus: tuple[str, ...]) -> str | None:
+    """Why a worker may not consume these queues with these GPUs (COMPILE_CI_GPUS; empty: every GPU of the host)."""
+    if MULTI_GPU_QUEUE in queues and len(gpus) == 1:
+        return (f"--queues {MULTI_GPU_QUEUE}: its jobs run on two GPUs, but COMPILE_CI_GPUS gives this worker one "
+                f"({gpus[0]}); give it two (COMPILE_CI_GPUS=0,1) or leave it empty for every GPU of the host")
+    return None
+
 
 @dataclass(frozen=True)
 class PlannedJob:
@@ -15,6 +33,10 @@ class PlannedJob:
     timeout_s: int
     # Set when the job completes without running: the deployment has no runner for its device.
     skip_reason: str | None = None
+
+    @property
+    def queue(self) -> str:
+        return job_queue(self.suite, self.device)
 
 
 def builtin_suites(suites_dir: Path) -> tuple[str, ...]:
@@ -33,6 +55,13 @@ def served_devices(configured: tuple[str, ...], live_queues: frozenset[str] | No
     return tuple(d for d in configured if d in live_queues) or configured
 
 
+def served_queues(configured: tuple[str, ...], live_queues: frozenset[str] | None) -> tuple[str, ...]:
+    """The served devices' queues, and cuda2 where a live worker consumes it (or, as above, nobody answered)."""
+    devices = served_devices(configured, live_queues)
+    two_gpus = "cuda" in devices and (not live_queues or MULTI_GPU_QUEUE in live_queues)
+    return devices + ((MULTI_GPU_QUEUE,) if two_gpus else ())
+
+
 def default_devices(config: RepoConfig, served: tuple[str, ...], has_file: bool) -> RepoConfig:
     """A repository without a config file runs on the devices this deployment serves, not on every device."""
     return config if has_file else replace(config, devices=tuple(d for d in DEVICES if d in served))
@@ -45,13 +74,31 @@ def skip_reason(device: str, served: tuple[str, ...]) -> str:
             f"--queues {device}`) and re-run, or leave {device} out of [suites] devices.")
 
 
-def plan_jobs(config: RepoConfig, served_devices: tuple[str, ...], max_minutes: int) -> list[PlannedJob]:
+def multi_gpu_skip_reason(suite: str) -> str:
+    return (f"Nothing ran: the {suite} suite runs on two GPUs of one host, and no worker of this deployment takes "
+            f"such jobs. The check run is neutral so that it does not block the pull request. Start a worker with "
+            f"two GPUs (`COMPILE_CI_GPUS=0,1 compile-ci worker --queues {MULTI_GPU_QUEUE}`) and re-run, or run "
+            f"{suite} on cpu only.")
+
+
+def plan_jobs(config: RepoConfig, served: tuple[str, ...], max_minutes: int, has_file: bool = True
+              ) -> list[PlannedJob]:
+    """`served`: the queues some worker consumes (served_queues). Without a config file, a multi-GPU job no worker
+    takes is left out rather than shown as skipped, as devices without a worker are (default_devices)."""
     minutes = min(config.timeout_minutes, max_minutes)
     jobs = []
     for suite in config.suites:
         for device in DEVICES:
             if device not in config.devices:
                 continue
-            skip = None if device in served_devices else skip_reason(device, served_devices)
+            queue = job_queue(suite, device)
+            if queue in served:
+                skip = None
+            elif device not in served:
+                skip = skip_reason(device, served)
+            elif not has_file:
+                continue
+            else:
+                skip = multi_gpu_skip_reason(suite)
             jobs.append(PlannedJob(suite, device, minutes * 60, skip))
     return jobs

@@ -23,6 +23,7 @@ from service.jobs import lifecycle, outbox
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, held_by_a_dead_process_here
 from service.jobs.lifecycle import JobState, RunState
+from service.jobs.planning import job_queue
 from service.store import Job, Run, utcnow
 
 log = logging.getLogger(__name__)
@@ -65,7 +66,7 @@ def recover_jobs_of_dead_workers_here(ctx: WorkerContext) -> list[str]:
             continue
         ctx.claims.release_lease(job.id, holder)
         if job.infra_failures == 0 and lifecycle.requeue_lost(ctx.store, job, "Retrying: its worker was lost"):
-            ctx.queue.run_job(job.id, job.device, first=True)
+            ctx.queue.run_job(job.id, job_queue(job.suite, job.device), first=True)
             ctx.queue.report_job(job.id)
             did.append(f"{job.id}: its worker on this host is gone; re-queued first")
     for line in did:
@@ -116,7 +117,7 @@ def _running(ctx: WorkerContext, job: Job, now: datetime) -> str | None:
         return None
     if job.infra_failures == 0:
         if lifecycle.requeue_lost(ctx.store, job, "Retrying: its worker was lost"):
-            ctx.queue.run_job(job.id, job.device, first=True)
+            ctx.queue.run_job(job.id, job_queue(job.suite, job.device), first=True)
             ctx.queue.report_job(job.id)
         return f"{job.id}: running with its lease lapsed (its worker is gone); re-queued"
     if lifecycle.give_up_lost(ctx.store, job, "The worker running this job was lost twice; see the worker logs."):
@@ -130,5 +131,6 @@ def _queued(ctx: WorkerContext, job: Job, now: datetime, waiting: set[str]) -> s
     if lifecycle.requeue_lost(ctx.store, job, ""):
         run = ctx.store.get_run(job.run_id)
         base = run is not None and run.trigger == "base"  # a base run's place is behind every head job
-        ctx.queue.run_job(job.id, job.device, again=not base, low=base)  # its message was lost, not its place
+        # Its message was lost, not its place in line.
+        ctx.queue.run_job(job.id, job_queue(job.suite, job.device), again=not base, low=base)
     return f"{job.id}: queued with no message in the broker; sent again"

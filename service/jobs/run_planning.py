@@ -11,7 +11,7 @@ from service.github.markdown import code_block
 from service.jobs import base_runs, lifecycle, plan_retries
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import Conclusion, Gate, JobState, RunState
-from service.jobs.planning import PlannedJob, builtin_suites, default_devices, plan_jobs, served_devices
+from service.jobs.planning import PlannedJob, builtin_suites, default_devices, job_queue, plan_jobs, served_queues
 from service.repo_config import CONFIG_FILE, default_config, parse_repo_config
 from service.store import Job, Run, utcnow
 
@@ -44,7 +44,7 @@ def plan_run(ctx: WorkerContext, run_id: str, retry_of: int | None = None) -> No
     if run.trigger == base_runs.BASE_TRIGGER:  # internal: no check runs, and behind every head job
         for job in ctx.store.jobs_of(run.id):
             if job.state == JobState.QUEUED:
-                ctx.queue.run_job(job.id, job.device, low=True)
+                ctx.queue.run_job(job.id, job_queue(job.suite, job.device), low=True)
         return
     for job in ctx.store.jobs_of(run.id):
         if job.check_run_id is None:
@@ -52,7 +52,7 @@ def plan_run(ctx: WorkerContext, run_id: str, retry_of: int | None = None) -> No
             # retries this task; jobs whose check run exists are then only (re-)enqueued, which their lease dedupes.
             reporting.report_job(ctx, job.id)
         if job.state == JobState.QUEUED:
-            ctx.queue.run_job(job.id, job.device)
+            ctx.queue.run_job(job.id, job_queue(job.suite, job.device))
 
 
 def dropped(ctx: WorkerContext, run: Run) -> bool:
@@ -85,7 +85,7 @@ def _plan(ctx: WorkerContext, run: Run) -> bool:
             return plan_retries.fetch_failed(ctx, run, exc)
         ctx.store.record_config(run.id, text or "")
     parsed = parse_repo_config(text, suites)
-    served = served_devices(ctx.settings.devices, ctx.queue.served_queues())
+    served = served_queues(ctx.settings.devices, ctx.queue.served_queues())
     config_error = None
     if isinstance(parsed, list):
         # Still one check run per default job, each saying what is wrong: the author sees the error
@@ -93,7 +93,7 @@ def _plan(ctx: WorkerContext, run: Run) -> bool:
         config_error = "\n".join(p.render() for p in parsed)
         parsed = default_config(suites)
     parsed = default_devices(parsed, served, has_file=text is not None)
-    planned = plan_jobs(parsed, served, ctx.settings.max_job_minutes)
+    planned = plan_jobs(parsed, served, ctx.settings.max_job_minutes, has_file=text is not None)
     lifecycle.plan(ctx.store, run, [_job_row(run, p, config_error) for p in planned], config_error)
     if config_error is None:
         base_runs.link_base(ctx, run, text or "")
@@ -110,6 +110,6 @@ def _job_row(run: Run, planned: PlannedJob, config_error: str | None) -> Job:
         return lifecycle.settled_at_planning(job, Conclusion.FAILURE, f"Invalid {CONFIG_FILE}",
                                              f"Nothing ran: {CONFIG_FILE} has problems.\n\n{code_block(config_error)}")
     if planned.skip_reason is not None:
-        return lifecycle.settled_at_planning(job, Conclusion.NEUTRAL, f"Not run: no {planned.device} runner",
+        return lifecycle.settled_at_planning(job, Conclusion.NEUTRAL, f"Not run: no {planned.queue} runner",
                                              planned.skip_reason)
     return job

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runners.docker_container import container_config
-from runners.gpus import parse_gpus, visible_devices
+from runners.gpus import GPU_JOB_ENV, parse_gpus, visible_devices
 from runners.local import LocalRunner
 from runners.protocol import RunSpec
 from service.config import ConfigError, Settings
@@ -51,6 +51,13 @@ def test_the_docker_runner_asks_the_engine_for_exactly_the_workers_gpus(tmp_path
     assert every["Count"] == -1
 
 
+def test_cuda_jobs_run_with_nvlink_multicast_off_in_either_runner(tmp_path: Path) -> None:
+    cuda = container_config(pipeline_like_spec(tmp_path, "cuda"), "img")["environment"]
+    assert {key: cuda[key] for key in GPU_JOB_ENV} == GPU_JOB_ENV == {
+        "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+    assert not set(GPU_JOB_ENV) & set(container_config(pipeline_like_spec(tmp_path, "cpu"), "img")["environment"])
+
+
 @pytest.mark.parametrize(("device", "expected"), [("cuda", "1"), ("cpu", "")])
 def test_the_local_runner_pins_the_job_to_the_workers_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                           device: str, expected: str) -> None:
@@ -58,7 +65,12 @@ def test_the_local_runner_pins_the_job_to_the_workers_gpus(tmp_path: Path, monke
     out = tmp_path / "out"
     code = "import json, os; json.dump(dict(os.environ), open(os.environ['COMPILE_CI_OUTPUT_DIR'] + '/env.json', 'w'))"
     spec = RunSpec(job_id=f"gpu-{device}", command=(LocalRunner().python, "-c", code), checkout_dir=tmp_path,
-                   output_dir=out, timeout_s=60, env={"COMPILE_CI_OUTPUT_DIR": str(out)}, device=device)
+                   output_dir=out, timeout_s=60, env={"COMPILE_CI_OUTPUT_DIR": str(out), "NCCL_NVLS_ENABLE": "1"},
+                   device=device)
     assert LocalRunner(gpus=("1",)).run(spec).exit_code == 0
-    assert json.loads((out / "env.json").read_text())["CUDA_VISIBLE_DEVICES"] == expected
+    seen = json.loads((out / "env.json").read_text())
+    assert seen["CUDA_VISIBLE_DEVICES"] == expected
+    # Multicast off for a cuda job even where the job's own variables said otherwise; a cpu job is left alone.
+    left_alone = {**dict.fromkeys(GPU_JOB_ENV), "NCCL_NVLS_ENABLE": "1"}
+    assert {key: seen.get(key) for key in GPU_JOB_ENV} == (GPU_JOB_ENV if device == "cuda" else left_alone)
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"  # the worker's own environment is unchanged

@@ -2,7 +2,16 @@
 
 from pathlib import Path
 
-from service.jobs.planning import PlannedJob, builtin_suites, default_devices, plan_jobs, served_devices
+from service.jobs.planning import (
+    PlannedJob,
+    builtin_suites,
+    default_devices,
+    job_queue,
+    plan_jobs,
+    served_devices,
+    served_queues,
+    worker_queues_problem,
+)
 from service.repo_config import RepoConfig, default_config
 
 
@@ -44,3 +53,36 @@ def test_builtin_suites_are_the_directories_with_tests(tmp_path: Path) -> None:
         for file in files:
             (tmp_path / name / file).write_text("")
     assert builtin_suites(tmp_path) == ("correctness",)
+
+
+def test_the_distributed_suite_on_cuda_waits_for_a_worker_with_two_gpus() -> None:
+    assert [job_queue(suite, device) for suite, device in [
+        ("distributed", "cuda"), ("distributed", "cpu"), ("correctness", "cuda"), ("correctness", "cpu")]] == [
+        "cuda2", "cpu", "cuda", "cpu"]
+    config = RepoConfig(suites=("correctness", "distributed"), devices=("cpu", "cuda"), timeout_minutes=10)
+    two_gpus = served_queues(("cpu", "cuda"), frozenset({"cpu", "cuda", "cuda2", "github"}))
+    assert two_gpus == ("cpu", "cuda", "cuda2")
+    assert [(j.suite, j.device, j.queue, j.skip_reason) for j in plan_jobs(config, two_gpus, max_minutes=60)] == [
+        ("correctness", "cpu", "cpu", None), ("correctness", "cuda", "cuda", None),
+        ("distributed", "cpu", "cpu", None), ("distributed", "cuda", "cuda2", None)]
+
+
+def test_without_a_two_gpu_worker_the_distributed_cuda_job_is_skipped_or_left_out() -> None:
+    one_gpu = served_queues(("cpu", "cuda"), frozenset({"cpu", "cuda", "github"}))
+    assert one_gpu == ("cpu", "cuda")
+    config = RepoConfig(suites=("distributed",), devices=("cpu", "cuda"), timeout_minutes=10)
+    cpu, cuda = plan_jobs(config, one_gpu, max_minutes=60)
+    assert cpu.skip_reason is None and cuda.queue == "cuda2"
+    assert "two GPUs of one host" in (cuda.skip_reason or "") and "--queues cuda2" in (cuda.skip_reason or "")
+    # A repository without a config file asked for nothing: the job no worker can take is not shown at all.
+    assert [(j.device, j.skip_reason) for j in plan_jobs(config, one_gpu, 60, has_file=False)] == [("cpu", None)]
+    # Nobody answered (a deployment starting up): the job waits in the cuda2 queue like any other.
+    assert served_queues(("cpu", "cuda"), None) == ("cpu", "cuda", "cuda2")
+    assert served_queues(("cpu",), frozenset({"cpu", "cuda2"})) == ("cpu",)  # no cuda at all: cuda's own reason
+
+
+def test_a_two_gpu_worker_must_be_given_two_gpus() -> None:
+    assert worker_queues_problem(["cuda2"], ("0", "1")) is None
+    assert worker_queues_problem(["cuda", "cuda2"], ()) is None  # every GPU of the host
+    assert worker_queues_problem(["cuda"], ("1",)) is None
+    assert "COMPILE_CI_GPUS gives this worker one (1)" in (worker_queues_problem(["cuda2"], ("1",)) or "")
