@@ -40,6 +40,9 @@ class JobVerdict:
         return self.new, self.at_base, self.flaky + self.known_flaky, self.budget
 
 
+BASE_PENDING = " — base still running"  # a title that ends so is updated when the base run finishes
+
+
 def job_verdict(conclusion: str, title: str, raw_title: str, judgement: Judgement | None) -> JobVerdict:
     """`conclusion`/`title`: the job's own (as it ended); `raw_title`: its test counts in pytest's words, which its
     title equals when its tests ran to the end (else it is a timeout, a crash, an install or config failure: those
@@ -49,7 +52,7 @@ def job_verdict(conclusion: str, title: str, raw_title: str, judgement: Judgemen
     if judgement is None or not tests_ran:
         return JobVerdict(conclusion, shown)
     if judgement.base.status == BaseStatus.PENDING:
-        return JobVerdict(conclusion, f"{shown} — base still running")
+        return JobVerdict(conclusion, f"{shown}{BASE_PENDING}")
     if judgement.base.status != BaseStatus.READY:
         return JobVerdict(conclusion, shown)
     new = len(judgement.of(Verdict.NEW_FAILURE, Verdict.FAILED))

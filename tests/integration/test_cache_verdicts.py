@@ -7,6 +7,7 @@ first."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import subprocess
 import textwrap
@@ -127,7 +128,8 @@ def repo(tmp_path: Path) -> Path:
 def docker_worker(settings: Settings, tmp_path: Path, emulator: GitHubEmulator) -> Iterator[Settings]:
     docker = pytest.importorskip("docker")
     try:
-        docker.from_env().ping()
+        with contextlib.closing(docker.from_env()) as engine:  # its socket closed, not left to a later test
+            engine.ping()
     except Exception as exc:  # noqa: BLE001 - any reason the engine does not answer
         pytest.skip(f"no Docker engine: {exc}")
     settings = dataclasses.replace(settings, runner="docker")

@@ -3,6 +3,7 @@ repository that depends on it and has its own tests, the real DockerRunner, the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import socket
@@ -102,7 +103,8 @@ def package_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
 def docker_settings(settings: Settings, package_index: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> Settings:
     docker = pytest.importorskip("docker")
     try:
-        docker.from_env().ping()
+        with contextlib.closing(docker.from_env()) as engine:  # its socket closed, not left to a later test
+            engine.ping()
     except Exception as exc:  # noqa: BLE001 - any reason the engine does not answer
         pytest.skip(f"no Docker engine: {exc}")
     # Only the deployment's index: the worker's own pip configuration must not leak into the test.

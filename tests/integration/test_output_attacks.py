@@ -5,6 +5,7 @@ each outcome is the job's own failure with a clear title, and the next pull requ
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import subprocess
 import time
@@ -62,7 +63,8 @@ def pytest_unconfigure(config):
 def docker_settings(settings: Settings) -> Settings:
     docker = pytest.importorskip("docker")
     try:
-        docker.from_env().ping()
+        with contextlib.closing(docker.from_env()) as engine:  # its socket closed, not left to a later test
+            engine.ping()
     except Exception as exc:  # noqa: BLE001 - any reason the engine does not answer
         pytest.skip(f"no Docker engine: {exc}")
     return dataclasses.replace(settings, runner="docker", output_mb=16)

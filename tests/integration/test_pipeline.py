@@ -6,6 +6,7 @@ so the pipeline's behaviour is tested in seconds; the e2e tests run the real tor
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import textwrap
 import time
@@ -151,7 +152,8 @@ def test_infrastructure_error_is_retried_once_then_reported_as_not_the_prs_fault
     # The Docker engine answers but the runner image does not exist: an infrastructure error, not a test failure.
     docker = pytest.importorskip("docker")
     try:
-        docker.from_env().ping()
+        with contextlib.closing(docker.from_env()) as engine:  # its socket closed, not left to a later test
+            engine.ping()
     except Exception as exc:  # noqa: BLE001 - any reason the engine does not answer
         pytest.skip(f"no Docker engine: {exc}")
     broken = dataclasses.replace(settings, runner="docker", runner_image_cpu="compile-ci/no-such-image:never")

@@ -3,10 +3,12 @@ LocalRunner, and `runner`, each test once with either."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
 
+from runners.docker_container import DEPLOYMENT_LABEL
 from runners.docker_runner import DEFAULT_IMAGES, LABEL, DockerRunner
 from runners.local import LocalRunner
 from runners.protocol import Runner
@@ -34,7 +36,8 @@ def docker_client() -> Iterator[object]:
 
 @pytest.fixture
 def docker_runner(docker_client: object) -> Iterator[DockerRunner]:
-    runner = DockerRunner()
+    # A deployment of its own: what another deployment on this engine runs or left is not this test's to count.
+    runner = DockerRunner(deployment=f"tests-{uuid.uuid4().hex[:12]}")
     yield runner
     runner.sweep_leftovers()
     runner.close()
@@ -50,6 +53,7 @@ def runner(request: pytest.FixtureRequest) -> Runner:
     return request.getfixturevalue(f"{request.param}_runner")
 
 
-def job_containers(client: object) -> list[str]:
-    """Names of every job container, running or not."""
-    return [c.name for c in client.containers.list(all=True, filters={"label": LABEL})]  # type: ignore[attr-defined]
+def job_containers(runner: DockerRunner) -> list[str]:
+    """Names of the runner's job containers (its output holders included), running or not."""
+    filters = {"label": [LABEL, f"{DEPLOYMENT_LABEL}={runner.deployment}"]}
+    return [c.name for c in runner.client.containers.list(all=True, filters=filters)]

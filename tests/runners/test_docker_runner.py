@@ -70,7 +70,8 @@ def test_a_stale_container_of_the_same_job_is_replaced(docker_runner: DockerRunn
                                     name=container_name(spec.job_id))
     assert docker_runner.run(spec).exit_code == 0
     assert "fresh run" in spec.log_path.read_text()
-    assert job_containers(docker_client) == []
+    assert job_containers(docker_runner) == []
+    assert not docker_client.containers.list(all=True, filters={"name": container_name(spec.job_id)})  # type: ignore[attr-defined]
 
 
 def test_a_missing_image_is_an_infrastructure_error(docker_client: object, tmp_path: Path) -> None:
@@ -128,6 +129,7 @@ def test_a_sweep_removes_only_its_own_deployments_orphans(docker_client: object)
         runner = DockerRunner(deployment="tests-mine")
         orphans = {"sweep-orphan", "sweep-theirs"}  # the other deployment's job has no worker either
         assert runner.sweep_leftovers(is_orphan=lambda job_id: job_id in orphans) == 2
+        runner.close()
         left = {(c.labels[LABEL], c.labels[DEPLOYMENT_LABEL])  # type: ignore[attr-defined]
                 for c in docker_client.containers.list(all=True, filters={"label": LABEL})}  # type: ignore[attr-defined]
         assert ("sweep-alive", "tests-mine") in left and ("sweep-theirs", "tests-theirs") in left

@@ -76,7 +76,7 @@ def test_timeout_kills_the_job_and_everything_it_spawned(runner: Runner, tmp_pat
     if isinstance(runner, LocalRunner):
         assert not _alive(int((tmp_path / "out" / "child.pid").read_text()))
     else:  # the child's pid is the container's; nothing of it outlives the container, which is gone
-        assert job_containers(runner.client) == []  # type: ignore[attr-defined]
+        assert job_containers(runner) == []  # type: ignore[arg-type]
 
 
 def _alive(pid: int) -> bool:
@@ -181,7 +181,7 @@ def test_no_container_is_left_behind(docker_runner: Runner, tmp_path: Path, outc
             docker_runner.run(spec, should_cancel=explode)
     else:
         assert docker_runner.run(spec).exit_code == {"success": 0, "failure": 1}[outcome]
-    assert job_containers(docker_runner.client) == []  # type: ignore[attr-defined]
+    assert job_containers(docker_runner) == []  # type: ignore[arg-type]
 
 
 def test_inductor_compiles_and_loads_cpp_inside_the_job(isolating_runner: Runner, tmp_path: Path) -> None:

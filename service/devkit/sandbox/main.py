@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from service.compare.job_verdict import BASE_PENDING
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.declared import FULL_NAME as DECLARED_NAME
 from service.devkit.sandbox.declared import SUITES as DECLARED_SUITES
@@ -82,6 +83,10 @@ def open_sample_pull_requests(
     return repo, pulls
 
 
+def _title(run: dict[str, Any]) -> str:
+    return str((run.get("output") or {}).get("title") or "")
+
+
 def wait_for_check_runs(stack: Stack, count: int, timeout_s: float, progress: Progress | None = None,
                         repos: tuple[str, ...] = (FULL_NAME,)) -> list[dict[str, Any]]:
     def every_run() -> list[dict[str, Any]]:
@@ -92,7 +97,9 @@ def wait_for_check_runs(stack: Stack, count: int, timeout_s: float, progress: Pr
         runs = every_run()
         if progress is not None:
             progress.show(runs)
-        return len(runs) >= count and all(r["status"] == "completed" for r in runs)
+        # A run judged while its base still ran is rewritten when the base finishes: that is its final word.
+        return len(runs) >= count and all(r["status"] == "completed" and not _title(r).endswith(BASE_PENDING)
+                                          for r in runs)
 
     wait_until(all_completed, timeout_s, "the check runs to complete")
     return every_run()
