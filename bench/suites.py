@@ -23,10 +23,13 @@ sys.path.insert(0, str(ROOT))
 
 from runners.local import LocalRunner  # noqa: E402
 from runners.protocol import RunSpec  # noqa: E402
+from service.repo_config import OPT_IN_SUITES  # noqa: E402
 
 
 def builtin_suites() -> list[str]:
-    return sorted(d.name for d in (ROOT / "suites").iterdir() if d.is_dir() and any(d.glob("test_*.py")))
+    """The suites a repository gets by default (the opt-in OpInfo sweep has its own bench: bench/ops_sweep.py)."""
+    return sorted(d.name for d in (ROOT / "suites").iterdir()
+                  if d.is_dir() and any(d.glob("test_*.py")) and d.name not in OPT_IN_SUITES)
 
 
 def counts(junit: Path) -> dict[str, int]:
