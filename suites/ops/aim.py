@@ -4,12 +4,14 @@ Stock torch is the baseline (the snapshot ``suites/compiler_surface.py`` takes b
 this module's own snapshot of inductor's config and codegen overrides). Exact: an entry of the lowering, fallback or
 decomposition tables added, replaced or removed aims at the ops whose route (``routes.py``) goes through that
 entry's family. Conservative, every op: a custom pass in inductor's config, a pattern registration, a codegen
-override method, a changed config setting, or a torch imported from the repository itself.
+override method, a changed config setting, or a torch that is not the runner's own.
 """
 
 from __future__ import annotations
 
 import os
+import site
+import sysconfig
 import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -86,12 +88,23 @@ def decide(baseline: Baseline, environ: Mapping[str, str] = os.environ) -> Aim:
     return Aim(bool(everything), frozenset(families), tuple(everything + reasons), shard)
 
 
+def _is_installed_torch(environ: Mapping[str, str]) -> bool:
+    """Whether torch comes from the interpreter's own site-packages, not from the checkout, its installed
+    dependencies or anything else put on the path (a repository that brings its own torch changes every op)."""
+    here = os.path.realpath(torch.__file__)
+    checkout = environ.get("COMPILE_CI_CHECKOUT", "")
+    if checkout and here.startswith(os.path.realpath(checkout) + os.sep):
+        return False
+    paths = sysconfig.get_paths()
+    roots = {paths["purelib"], paths["platlib"], site.getusersitepackages(), *site.getsitepackages()}
+    return any(here.startswith(os.path.realpath(root) + os.sep) for root in roots if root)
+
+
 def _global_changes(baseline: Baseline, environ: Mapping[str, str]) -> list[str]:
     """Changes that could touch any op, one line each."""
     found = []
-    checkout = os.path.realpath(environ.get("COMPILE_CI_CHECKOUT", "") or os.sep + "nonexistent")
-    if os.path.realpath(torch.__file__).startswith(checkout + os.sep):
-        found.append(f"torch is imported from the repository ({os.path.dirname(torch.__file__)})")
+    if not _is_installed_torch(environ):
+        found.append(f"torch is not the runner's own: imported from {os.path.dirname(torch.__file__)}")
     now = internals.config_snapshot()
     for key in sorted(set(now) | set(baseline.config)):
         if key not in _OWN_CONFIG and now.get(key) != baseline.config.get(key):

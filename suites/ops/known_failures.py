@@ -37,7 +37,15 @@ class Known:
 
 CPU, CUDA, BOTH = ("cpu",), ("cuda",), ("cpu", "cuda")
 
-KNOWN: tuple[Known, ...] = ()
+# Inductor's vectorised C++ float remainder is a - floor(a / b) * b in the input's precision; where the quotient is
+# beyond the dtype's integer range (-1e20 % 4988429) it is off by up to 1e13, while ATen's kernel (fmod, then the
+# divisor's sign) is exact.
+_REMAINDER = "inductor's CPU float remainder loses the quotient's precision for |a / b| beyond 2^24 (ATen's is exact)"
+
+KNOWN: tuple[Known, ...] = (
+    Known("remainder", ("float32", "bfloat16"), CPU, ("2.13",), _REMAINDER, samples=(16,)),
+    Known("__rmod__", ("float32", "bfloat16"), CPU, ("2.13",), _REMAINDER, samples=(16,)),
+)
 
 
 def for_case(op: str, dtype: str, device: str, version: str = torch.__version__) -> list[Known]:
