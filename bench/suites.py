@@ -1,6 +1,7 @@
 """Wall time of each built-in suite through the LocalRunner, cold and warm, with test counts.
 
     python bench/suites.py [--device cpu|cuda] [--suites correctness,freezing] [--targets REPO] [--out DIR]
+                           [--phases cold,warm] [--plugin tests.suites.planted.NAME ...]
 
 "Cold" runs with an empty compile cache, "warm" reruns the suite with the cache the cold run filled (what a
 rerun of the same code on the same host gets). Needs only torch and pytest besides this repository, so it
@@ -23,10 +24,13 @@ sys.path.insert(0, str(ROOT))
 
 from runners.local import LocalRunner  # noqa: E402
 from runners.protocol import RunSpec  # noqa: E402
+from service.repo_config import OPT_IN_SUITES  # noqa: E402
 
 
 def builtin_suites() -> list[str]:
-    return sorted(d.name for d in (ROOT / "suites").iterdir() if d.is_dir() and any(d.glob("test_*.py")))
+    """The suites a repository gets by default (the opt-in OpInfo sweep has its own bench: bench/ops_sweep.py)."""
+    return sorted(d.name for d in (ROOT / "suites").iterdir()
+                  if d.is_dir() and any(d.glob("test_*.py")) and d.name not in OPT_IN_SUITES)
 
 
 def counts(junit: Path) -> dict[str, int]:
@@ -59,9 +63,11 @@ def targets_env(repo: Path | None) -> dict[str, str]:
     return {"COMPILE_CI_TARGETS": json.dumps(targets), "COMPILE_CI_CHECKOUT": str(repo.resolve())}
 
 
-def run_suite(suite: str, device: str, cache: Path, out: Path, extra: dict[str, str]) -> dict[str, object]:
+def run_suite(suite: str, device: str, cache: Path, out: Path, extra: dict[str, str],
+              plugins: tuple[str, ...] = ()) -> dict[str, object]:
     out.mkdir(parents=True, exist_ok=True)
     command = (sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
+               *(arg for plugin in plugins for arg in ("-p", plugin)),
                "-o", "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}", str(ROOT / "suites" / suite))
     env = {"COMPILE_CI_DEVICE": device, "COMPILE_CI_OUTPUT_DIR": str(out), "PYTHONPATH": str(ROOT),
            "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"), "TRITON_CACHE_DIR": str(cache / "triton"),
@@ -86,6 +92,9 @@ def main() -> None:
                         help="host: one cache per device shared by all suites, as a worker host keeps it (default); "
                              "suite: a fresh cache per suite")
     parser.add_argument("--phases", default="cold,warm", help="cold,warm (default) or one of them")
+    parser.add_argument("--plugin", action="append", default=[],
+                        help="a pytest plugin loaded into every suite, e.g. a planted bug: "
+                             "tests.suites.planted.special_points (repeatable)")
     args = parser.parse_args()
     base = args.out or Path(tempfile.mkdtemp(prefix="compile-ci-bench-suites-"))
     suites = args.suites.split(",")
@@ -98,7 +107,8 @@ def main() -> None:
         for suite in suites:
             cache = base / "cache" / (suite if args.cache == "suite" else "host")
             shutil.rmtree(base / suite / phase, ignore_errors=True)
-            figures[suite][phase] = result = run_suite(suite, args.device, cache, base / suite / phase, extra)
+            figures[suite][phase] = result = run_suite(suite, args.device, cache, base / suite / phase, extra,
+                                                       tuple(args.plugin))
             print(f"{suite:<12} {args.device:<5} {phase:<4} {result['wall_s']:>6.1f} s  passed {result['passed']:>3}  "
                   f"failed {result['failed']:>2}  skipped {result['skipped']:>3}", flush=True)
             for name in result["failures"]:  # type: ignore[union-attr]

@@ -11,7 +11,10 @@ from service.compare.budgets import BUDGET_KEYS, Budgets, parse_budgets
 
 CONFIG_FILE = ".compile-ci.toml"
 DEVICES = ("cpu", "cuda")
-TARGET_KINDS = ("models", "post_grad_passes", "pre_grad_passes", "joint_passes", "fuse")
+TARGET_KINDS = ("models", "post_grad_passes", "pre_grad_passes", "joint_passes", "fuse", "compiler")
+# Built-in suites that run only when asked for in [suites] run, or, for `ops` (the OpInfo sweep), when the repository
+# declares a compiler of its own ([targets] compiler): a repository of models would only re-test stock torch there.
+OPT_IN_SUITES = {"ops": "compiler"}
 DEFAULT_TIMEOUT_MINUTES = 30
 DEFAULT_FLAKY_RERUNS = 2
 MAX_FLAKY_RERUNS = 5
@@ -51,8 +54,13 @@ class ConfigProblem:
         return f"{where}: {self.message}"
 
 
+def default_suites(builtin_suites: tuple[str, ...], targets: dict[str, list[str]] | None = None) -> tuple[str, ...]:
+    """The suites a config that names none runs: every built-in one but the opt-in ones whose target is not declared."""
+    return tuple(s for s in builtin_suites if s not in OPT_IN_SUITES or (targets or {}).get(OPT_IN_SUITES[s]))
+
+
 def default_config(builtin_suites: tuple[str, ...]) -> RepoConfig:
-    return RepoConfig(suites=builtin_suites, devices=DEVICES)
+    return RepoConfig(suites=default_suites(builtin_suites), devices=DEVICES)
 
 
 def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> RepoConfig | list[ConfigProblem]:
@@ -89,7 +97,8 @@ def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> Repo
         checker.problem("comment", "always", f"must be true or false, got {always!r}")
     allowed_suites = (*builtin_suites, "repo")
     repo_tests = checker.strings("suites", suites, "repo_tests", [])
-    default_run = list(builtin_suites) + (["repo"] if repo_tests else [])
+    target_lists = {kind: checker.strings("targets", targets, kind, [], spec=True) for kind in TARGET_KINDS}
+    default_run = list(default_suites(builtin_suites, target_lists)) + (["repo"] if repo_tests else [])
     run = checker.strings("suites", suites, "run", default_run, allowed=allowed_suites)
     devices = checker.strings("suites", suites, "devices", list(DEVICES), allowed=DEVICES)
     timeout = suites.get("timeout_minutes", DEFAULT_TIMEOUT_MINUTES)
@@ -97,7 +106,6 @@ def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> Repo
         checker.problem("suites", "timeout_minutes", f"must be an integer from 1 to 1440, got {timeout!r}")
     if "repo" in run and not repo_tests:
         checker.problem("suites", "run", "the 'repo' suite needs [suites] repo_tests (paths of your pytest tests)")
-    target_lists = {kind: checker.strings("targets", targets, kind, [], spec=True) for kind in TARGET_KINDS}
     requirements = checker.strings("install", install, "requirements", [])
     for requirement in requirements:
         problem = requirement_problem(requirement)

@@ -48,6 +48,8 @@ def install() -> None:
     global _stock_dirs
     import torch
 
+    if _stock_dirs:  # already installed (the plugin and the ops suite may both ask): keep the first snapshot
+        return
     _stock_dirs = _stock_roots(torch)
     for module, tables in _TABLES.items():
         _after_import(module, functools.partial(_snapshot, tables))
@@ -55,15 +57,28 @@ def install() -> None:
     _after_import("torch._inductor.compile_fx", _wrap_compile_fx)
 
 
-def fingerprint() -> str:
-    """'' when the repository changed nothing in the compiler; else a hash of what it changed and the code behind it."""
-    lines: list[str] = []
+def installed() -> bool:
+    return bool(_stock_dirs)
+
+
+def changed_entries() -> list[tuple[str, Any, str]]:
+    """(table, key, description) of every entry added, replaced or removed in inductor's tables since the snapshot,
+    and ("pattern", None, description) per pattern registration from outside torch: what fingerprint() hashes but
+    inductor's config, for a suite that aims at what the repository changed."""
+    entries: list[tuple[str, Any, str]] = []
     for module, tables in _TABLES.items():
         loaded = sys.modules.get(module)
         for name, attribute, is_set in tables if loaded is not None else ():
             table = getattr(loaded, attribute, None)
             if table is not None and f"{module}.{attribute}" in _snapshots:
-                lines += _table_changes(name, table, _snapshots[f"{module}.{attribute}"], is_set)
+                entries += [(name, key, line) for key, line in
+                            _table_changes(name, table, _snapshots[f"{module}.{attribute}"], is_set)]
+    return entries + [("pattern", None, line) for line in sorted(_registrations)]
+
+
+def fingerprint() -> str:
+    """'' when the repository changed nothing in the compiler; else a hash of what it changed and the code behind it."""
+    lines = [line for _table, _key, line in changed_entries()]
     config = sys.modules.get("torch._inductor.config")
     if config is not None:
         # Read entry by entry: get_config_copy() deep-copies, and a repository's pass object need not be copyable.
@@ -73,7 +88,6 @@ def fingerprint() -> str:
                 origin = _origin(value)
                 if origin:
                     lines.append(f"config {key} -> {origin}")
-    lines += sorted(_registrations)
     return hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()[:32] if lines else ""
 
 
@@ -109,7 +123,7 @@ def _unwrap_ours(value: Any) -> Any:
     return value
 
 
-def _table_changes(name: str, table: Any, stock: dict[Any, int], is_set: bool) -> list[str]:
+def _table_changes(name: str, table: Any, stock: dict[Any, int], is_set: bool) -> list[tuple[Any, str]]:
     changes = []
     current = _identities(table, is_set)
     for key, identity in current.items():
@@ -120,8 +134,8 @@ def _table_changes(name: str, table: Any, stock: dict[Any, int], is_set: bool) -
         # A torch function newly registered under a new key is torch's own lazy registration (e.g. oneDNN ops at the
         # first compile); one under an existing key, or anything from outside torch, is the repository's change.
         if origin or key in stock:
-            changes.append(f"{name} {key} -> {_qualname(value)} {origin}")
-    changes += [f"{name} {key} removed" for key in stock if key not in current]
+            changes.append((key, f"{name} {key} -> {_qualname(value)} {origin}"))
+    changes += [(key, f"{name} {key} removed") for key in stock if key not in current]
     return changes
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import suites
 from service.devkit.sandbox.declared import SUITES, create_declared_repo, generated_code_summary
 from service.jobs.planning import MULTI_GPU_SUITES, builtin_suites
-from service.repo_config import parse_repo_config
+from service.repo_config import default_config, parse_repo_config
 
 BUILTIN_SUITES = builtin_suites(Path(suites.__file__).parent)
 
@@ -19,8 +19,10 @@ def test_the_declared_repository_runs_all_six_suites_on_the_device(tmp_path: Pat
                           capture_output=True, text=True, check=True).stdout
     config = parse_repo_config(show, BUILTIN_SUITES)
     assert not isinstance(config, list), config
-    # Every suite that runs on one GPU: the sandbox's cuda workers each own one (distributed needs two).
-    assert set(config.suites) == set(SUITES) == set(BUILTIN_SUITES) - MULTI_GPU_SUITES and config.devices == ("cuda",)
+    # Every suite a repository gets by default that runs on one GPU: the sandbox's cuda workers each own one
+    # (distributed needs two; the opt-in `ops` sweep is not a default).
+    assert set(config.suites) == set(SUITES) == set(default_config(BUILTIN_SUITES).suites) - MULTI_GPU_SUITES
+    assert config.devices == ("cuda",)
     assert config.targets["models"] == ["zoo.models:examples"]
     # The pull request adds the zoo: the base has none of it.
     listed = subprocess.run(["git", "-C", str(repo.path), "ls-tree", "-r", "--name-only", repo.base_sha],

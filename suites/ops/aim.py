@@ -1,0 +1,118 @@
+"""Which ops the repository's change touches: the sweep's scope, from the compiler surface the job sees.
+
+Stock torch is the baseline (the snapshot ``suites/compiler_surface.py`` takes before any repository code runs, plus
+this module's own snapshot of inductor's config and codegen overrides). Exact: an entry of the lowering, fallback or
+decomposition tables added, replaced or removed aims at the ops whose route (``routes.py``) goes through that
+entry's family. Conservative, every op: a custom pass in inductor's config, a pattern registration, a codegen
+override method, a changed config setting, or a torch that is not the runner's own.
+"""
+
+from __future__ import annotations
+
+import os
+import site
+import sysconfig
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import compiler_surface
+from ..op_families import family_of
+from . import internals
+
+SCOPE_ENV = "COMPILE_CI_OPS_SCOPE"  # "aimed" (default) or "all"
+SHARD_ENV = "COMPILE_CI_OPS_SHARD"  # "K/N": this job runs the K-th of N shards of its scope (default 1/1)
+SCOPES = ("aimed", "all")
+# Settings the sweep itself or the runner sets; a difference there is not the repository's change.
+_OWN_CONFIG = frozenset({"torch._inductor.config.fallback_random"})
+
+
+@dataclass(frozen=True)
+class Aim:
+    everything: bool  # run every op (the scope asked for it, or a change could touch any op)
+    families: frozenset[str] = frozenset()  # the changed entries' families: ops routed through one are touched
+    reasons: tuple[str, ...] = ()  # what changed, one line each, for the report
+    shard: tuple[int, int] = (1, 1)
+
+    def touches(self, families: Iterable[str], unknown: bool) -> bool:
+        """Whether a case routed through ``families`` is in scope (an unknown route always is)."""
+        return self.everything or unknown or not self.families.isdisjoint(families)
+
+    def in_shard(self, op_name: str) -> bool:
+        index, count = self.shard
+        return zlib.crc32(op_name.encode()) % count == index - 1
+
+
+@dataclass
+class Baseline:
+    """Inductor's config and codegen overrides as torch defines them, taken before the repository's code runs."""
+
+    config: dict[str, str] = field(default_factory=dict)
+    overrides: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def take(cls) -> Baseline:
+        compiler_surface.install()
+        return cls(internals.config_snapshot(), internals.override_snapshot())
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    index, sep, count = text.strip().partition("/")
+    if not sep or not index.isdigit() or not count.isdigit() or not 1 <= int(index) <= int(count):
+        raise ValueError(f"{SHARD_ENV}={text!r}: expected K/N with 1 <= K <= N")
+    return int(index), int(count)
+
+
+def decide(baseline: Baseline, environ: Mapping[str, str] = os.environ) -> Aim:
+    """The aim of this job: every op, or the ops whose entries the repository changed (raises ValueError on a
+    malformed scope or shard)."""
+    scope = environ.get(SCOPE_ENV, "").strip().lower() or "aimed"
+    if scope not in SCOPES:
+        raise ValueError(f"{SCOPE_ENV}={scope!r}: expected one of {', '.join(SCOPES)}")
+    shard = parse_shard(environ.get(SHARD_ENV, "") or "1/1")
+    everything, reasons, families = _global_changes(baseline, environ), [], set()
+    for table, key, line in compiler_surface.changed_entries():
+        if table == "pattern":
+            everything.append(f"{line}: a pattern can rewrite any op's graph")
+            continue
+        family = family_of(key)
+        reasons.append(line)
+        if family is None:
+            everything.append(f"{line}: not an ATen operator, so no op can be aimed at")
+        else:
+            families.add(family)
+    if scope == "all":
+        everything.insert(0, f"{SCOPE_ENV}=all")
+    return Aim(bool(everything), frozenset(families), tuple(everything + reasons), shard)
+
+
+def _is_installed_torch(environ: Mapping[str, str]) -> bool:
+    """Whether torch comes from the interpreter's own site-packages, not from the checkout, its installed
+    dependencies or anything else put on the path (a repository that brings its own torch changes every op)."""
+    here = os.path.realpath(torch.__file__)
+    checkout = environ.get("COMPILE_CI_CHECKOUT", "")
+    if checkout and here.startswith(os.path.realpath(checkout) + os.sep):
+        return False
+    paths = sysconfig.get_paths()
+    roots = {paths["purelib"], paths["platlib"], site.getusersitepackages(), *site.getsitepackages()}
+    return any(here.startswith(os.path.realpath(root) + os.sep) for root in roots if root)
+
+
+def _global_changes(baseline: Baseline, environ: Mapping[str, str]) -> list[str]:
+    """Changes that could touch any op, one line each."""
+    found = []
+    if not _is_installed_torch(environ):
+        found.append(f"torch is not the runner's own: imported from {os.path.dirname(torch.__file__)}")
+    now = internals.config_snapshot()
+    for key in sorted(set(now) | set(baseline.config)):
+        if key not in _OWN_CONFIG and now.get(key) != baseline.config.get(key):
+            passes = " object 0x" in str(now.get(key))
+            what = "a pass can rewrite any op's graph" if passes else "it applies to every op"
+            found.append(f"config {key}: {baseline.config.get(key)} -> {now.get(key)}: {what}")
+    overrides = internals.override_snapshot()
+    for key in sorted(set(overrides) | set(baseline.overrides)):
+        if overrides.get(key) != baseline.overrides.get(key):
+            found.append(f"codegen override {key} changed: every op whose code calls it")
+    return found

@@ -1,0 +1,132 @@
+"""The ops suite's pure parts, in process: how one sample is judged, how the scope is sharded, which upstream
+failures apply to which torch, and which tolerance an OpInfo declares."""
+
+from __future__ import annotations
+
+import functools
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from suites.ops import aim, comparison, known_failures
+from suites.ops.tolerances import Tolerance
+
+FLOAT32 = Tolerance(1e-5, 1.3e-6, "assert_close default")
+BF16 = Tolerance(1e-5, 1.6e-2, "assert_close default")
+
+
+def _sample(*tensors: torch.Tensor) -> SimpleNamespace:
+    return SimpleNamespace(input=tensors[0], args=tensors[1:], kwargs={})
+
+
+def _no_reference() -> None:
+    return None
+
+
+def test_a_wrong_value_at_one_point_names_the_point_and_its_inputs() -> None:
+    x = torch.tensor([1.0, -0.0, 2.0, 0.0])
+    eager = torch.reciprocal(x)
+    compiled = eager.clone()
+    compiled[1] = float("inf")  # the sign of -0.0 lost
+    problem = comparison.difference(eager, compiled, lambda dtype: FLOAT32, _sample(x), _no_reference)
+    assert problem is not None
+    assert "1 of 4 elements differ" in problem and "at [1]: eager -inf, compiled inf" in problem, problem
+    assert "inputs there: input = -0.0" in problem, problem
+
+
+def test_nan_and_inf_positions_and_integers_are_exact() -> None:
+    eager = torch.tensor([float("nan"), 1.0])
+    assert comparison.difference(eager, eager.clone(), lambda dtype: FLOAT32, _sample(eager), _no_reference) is None
+    assert comparison.difference(eager, torch.tensor([0.0, 1.0]), lambda dtype: FLOAT32, _sample(eager),
+                                 _no_reference) is not None
+    ints = torch.tensor([3, -4])
+    assert comparison.difference(ints, ints + torch.tensor([0, 1]), lambda dtype: FLOAT32, _sample(ints),
+                                 _no_reference) is not None
+    shape = comparison.difference(ints, ints[:1], lambda dtype: FLOAT32, _sample(ints), _no_reference)
+    assert shape == "shape: eager [2], compiled [1]"
+
+
+def test_float64_arbitrates_where_compiled_is_the_more_accurate() -> None:
+    # bf16 eager rounding an intermediate: compiled (rounded once) matches float64 where eager does not.
+    exact = torch.tensor([1.0 + 2**-6], dtype=torch.float64)
+    eager = torch.tensor([1.0 - 2**-5], dtype=torch.bfloat16)
+    compiled = exact.to(torch.bfloat16)
+    sample = _sample(eager)
+    assert comparison.difference(eager, compiled, lambda dtype: BF16, sample, _no_reference) is not None
+    assert comparison.difference(eager, compiled, lambda dtype: BF16, sample, lambda: [exact]) is None
+
+
+def test_float64_does_not_excuse_a_result_that_depends_on_the_dtype() -> None:
+    # nan_to_num(-inf) is the dtype's lowest value: float64's is far from float32's, and from a flipped sign alike.
+    x = torch.tensor([float("-inf")])
+    eager = torch.nan_to_num(x)
+    problem = comparison.difference(eager, -eager, lambda dtype: FLOAT32, _sample(x),
+                                    lambda: [torch.nan_to_num(x.double())])
+    assert problem is not None and "input = -inf" in problem
+
+
+def test_shards_partition_the_ops() -> None:
+    names = [f"op{i}" for i in range(200)]
+    owners = {name: [k for k in range(1, 5) if aim.Aim(True, shard=(k, 4)).in_shard(name)] for name in names}
+    assert all(len(found) == 1 for found in owners.values())
+    assert all(any(found == [k] for found in owners.values()) for k in range(1, 5))
+
+
+@pytest.mark.parametrize("text", ["0/2", "3/2", "2", "a/b", "1/0"])
+def test_a_malformed_shard_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="COMPILE_CI_OPS_SHARD"):
+        aim.parse_shard(text)
+
+
+def test_a_malformed_scope_is_refused() -> None:
+    with pytest.raises(ValueError, match="COMPILE_CI_OPS_SCOPE"):
+        aim.decide(aim.Baseline(), {"COMPILE_CI_OPS_SCOPE": "some"})
+
+
+def test_known_failures_apply_to_their_torch_versions_and_samples_only() -> None:
+    known = known_failures.Known("remainder", ("float32",), ("cpu",), ("2.13",), "why", samples=(16,))
+    assert known.applies("remainder", "float32", "cpu", "2.13.0+cpu")
+    assert not known.applies("remainder", "float32", "cpu", "2.14.0")
+    assert not known.applies("remainder", "bfloat16", "cpu", "2.13.0")
+    assert not known.applies("remainder", "float32", "cuda", "2.13.0")
+    assert known.covers(16) and not known.covers(17)
+    assert "samples 16" in known.describe() and "torch 2.13" in known.describe()
+
+
+@functools.cache
+def _op(name: str) -> object:
+    from suites.ops import catalog
+
+    return next(case for case in catalog.cases("cpu") if case.name == name and case.dtype == torch.float32)
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_tolerances_come_from_the_opinfo_where_it_declares_one() -> None:
+    from suites.ops import tolerances
+
+    declared = tolerances.for_case(_op("special.i1"), "cpu")(torch.float32)
+    default = tolerances.for_case(_op("atan2"), "cpu")(torch.float32)
+    assert default == Tolerance(1e-5, 1.3e-6, "assert_close default")
+    assert declared == Tolerance(1e-4, 0.0, "declared by the OpInfo for TestInductorOpInfo.test_comprehensive")
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_what_could_touch_any_op_aims_at_every_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch._inductor import config
+    from torch._inductor.codegen.cpp import CppOverrides
+
+    baseline = aim.Baseline.take()
+    assert aim.decide(baseline, {}) == aim.Aim(False), "nothing changed yet"
+    with config.patch(max_autotune=not config.max_autotune):
+        switched = aim.decide(baseline, {})
+    with config.patch(post_grad_custom_post_pass=lambda graph: None):
+        with_pass = aim.decide(baseline, {})
+    monkeypatch.setattr(CppOverrides, "sin", staticmethod(lambda x: f"std::cos({x})"))
+    overridden = aim.decide(baseline, {})
+    monkeypatch.undo()
+    assert switched.everything and any("max_autotune" in reason for reason in switched.reasons), switched
+    assert with_pass.everything and any("a pass can rewrite" in reason for reason in with_pass.reasons), with_pass
+    assert overridden.everything and "codegen override CppOverrides.sin changed" in " ".join(overridden.reasons)
+    assert aim.decide(baseline, {"COMPILE_CI_OPS_SCOPE": "all"}).everything
+    assert aim.decide(baseline, {}) == aim.Aim(False), "every change undone"
