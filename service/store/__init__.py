@@ -9,14 +9,16 @@ from service.store.rows import (
     Job,
     NewRun,
     Run,
+    Shard,
     TestRecord,
     TestResult,
     job_id_for,
     job_id_of_external,
     run_id_for,
+    shard_id_for,
     utcnow,
 )
 from service.store.store import Store
 
-__all__ = ["APPROVAL_CHECK", "APPROVAL_SUITE", "Artifact", "InstalledRepo", "Job", "NewRun", "Run", "Store",
-           "TestRecord", "TestResult", "job_id_for", "job_id_of_external", "run_id_for", "utcnow"]
+__all__ = ["APPROVAL_CHECK", "APPROVAL_SUITE", "Artifact", "InstalledRepo", "Job", "NewRun", "Run", "Shard", "Store",
+           "TestRecord", "TestResult", "job_id_for", "job_id_of_external", "run_id_for", "shard_id_for", "utcnow"]

@@ -23,12 +23,13 @@ from service.store.rows import (
     NewRun,
     PullComment,
     Run,
+    Shard,
     TestRecord,
     TestResult,
     utcnow,
 )
 
-Row = TypeVar("Row", Run, Job)
+Row = TypeVar("Row", Run, Job, Shard)
 
 
 class Store:

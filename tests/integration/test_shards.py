@@ -1,0 +1,162 @@
+"""A suite job split over workers: webhook -> Redis -> embedded Celery workers -> LocalRunner -> the emulator.
+
+The same commit of two identical repositories, once on a deployment that runs one shard and once on one whose cpu
+worker runs two jobs at once: one check run each, and what it says (conclusion, title, failing tests, annotations,
+every test's outcome) is the same. A verdict is a fact about code, not about how many workers ran it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery.contrib.testing.worker import start_worker
+
+from service.celery_app import slots_by_queue
+from service.config import Settings
+from service.devkit.github_emulator import GitHubEmulator
+from service.devkit.sandbox.deliveries import push_event, signed
+from service.devkit.sandbox.sample_repo import commit_file
+from service.devkit.sandbox.stack import INSTALLATION_ID
+from service.jobs.tasks import create_worker_celery
+from service.store import Store, job_id_of_external
+from service.store.shards import shards_of
+from service.web.app import create_app
+from tests.conftest import make_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = '''
+import os, pathlib, time
+import pytest
+
+def _knob(name):
+    path = pathlib.Path(os.environ["COMPILE_CI_CHECKOUT"]) / name
+    return path.read_text().strip() if path.exists() else ""
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5])
+def test_sizes(size):
+    time.sleep(0.2)
+    assert size != int(_knob("broken_size.txt") or 0), f"size {size} is broken in this commit"
+
+def test_follows_the_commit():
+    assert _knob("verdict.txt") == "pass", "the commit asked this test to fail"
+
+def test_skipped_on_purpose():
+    pytest.skip("not applicable here")
+
+def test_writes_an_artifact():
+    out = pathlib.Path(os.environ["COMPILE_CI_OUTPUT_DIR"]) / "tests" / "extra-note"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "note.txt").write_text("kept")
+'''
+
+
+@pytest.fixture
+def settings(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: tuple[str, str]) -> Settings:
+    # The job imports `suites` (its plugin selects a shard's share) from this checkout, not from wherever the
+    # virtual environment's editable install points.
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    return make_settings(tmp_path, redis_url, emulator.url, app_keys[0], COMPILE_CI_RUNNER_PYTHON=str(python))
+
+
+def make_repo(root: Path, full_name: str) -> str:
+    path = root / "repos" / full_name
+    path.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
+    commit_file(path, "main", ".compile-ci.toml", '[suites]\ndevices = ["cpu"]\nflaky_reruns = 0\n', "cpu only")
+    commit_file(path, "main", "verdict.txt", "fail\n", "one test fails")
+    return commit_file(path, "main", "broken_size.txt", "4\n", "one size fails")
+
+
+@contextmanager
+def cpu_worker(settings: Settings, suites: Path, emulator: GitHubEmulator, repos: list[str],
+               threads: int) -> Iterator[None]:
+    for name in repos:
+        emulator.add_repo(name)
+    emulator.add_installation(INSTALLATION_ID, repos=repos)
+    app = create_worker_celery(settings, suites_dir=suites)
+    with start_worker(app, pool="threads", concurrency=threads, perform_ping_check=False, shutdown_timeout=30,
+                      queues=["cpu", "github"]):
+        deadline = time.monotonic() + 60
+        while slots_by_queue(app, timeout=2.0).get("cpu", 0) < threads:  # its consumer is up: it answers broadcasts
+            assert time.monotonic() < deadline, "the worker never answered a broadcast"
+        yield
+
+
+def push(settings: Settings, full_name: str, repo_id: int, sha: str) -> None:
+    payload = push_event(full_name=full_name, repo_id=repo_id, installation_id=INSTALLATION_ID,
+                         clone_url=f"https://github.com/{full_name}.git", branch="main", before="0" * 40, after=sha)
+    headers, body = signed("test-webhook-secret", "push", payload)
+    assert create_app(settings).test_client().post("/webhook", data=body, headers=headers).status_code == 202
+
+
+def completed_check_run(emulator: GitHubEmulator, full_name: str, timeout_s: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        runs = emulator.check_runs(full_name)
+        if len(runs) == 1 and runs[0]["status"] == "completed":
+            return runs[0]
+        assert time.monotonic() < deadline, f"no completed check run for {full_name}: {runs}"
+        time.sleep(0.1)
+
+
+def said(check_run: dict[str, Any]) -> dict[str, Any]:
+    """What a maintainer reads, without what differs by nature (the job page's address, the wall time)."""
+    summary = "\n".join(re.sub(r"/jobs/[^)]*", "/jobs/…", line) for line in check_run["output"]["summary"].splitlines()
+                        if "| cpu |" not in line)
+    notes = sorted((a["path"], a["annotation_level"], a["message"]) for a in check_run["annotations"])
+    return {"name": check_run["name"], "conclusion": check_run["conclusion"], "title": check_run["output"]["title"],
+            "summary": summary, "text": check_run["output"].get("text"), "annotations": notes}
+
+
+def outcomes(store: Store, check_run: dict[str, Any]) -> list[tuple[str, str]]:
+    job = store.get_job(job_id_of_external(check_run["external_id"]))
+    assert job is not None
+    return [(r.nodeid, r.outcome) for r in store.results_of(job.id, job.attempt)]
+
+
+def test_two_shards_on_two_worker_threads_give_the_check_run_of_one(
+    settings: Settings, tmp_path: Path, emulator: GitHubEmulator
+) -> None:
+    suites = tmp_path / "suites"
+    (suites / "correctness").mkdir(parents=True)
+    (suites / "correctness" / "test_split.py").write_text(textwrap.dedent(SUITE))
+    whole_sha, split_sha = make_repo(tmp_path, "octo/whole"), make_repo(tmp_path, "octo/split")
+    store = Store(settings.database_url)
+
+    with cpu_worker(settings, suites, emulator, ["octo/whole", "octo/split"], threads=2):
+        push(settings, "octo/whole", 4101, whole_sha)  # COMPILE_CI_MAX_SHARDS=1: one shard, as before sharding
+        whole = completed_check_run(emulator, "octo/whole")
+    sharded = dataclasses.replace(settings, max_shards=4, shard_min_seconds=0)
+    with cpu_worker(sharded, suites, emulator, ["octo/whole", "octo/split"], threads=2):
+        push(sharded, "octo/split", 4102, split_sha)  # two worker slots: two shards
+        split = completed_check_run(emulator, "octo/split")
+
+    assert said(split) == said(whole)
+    assert split["conclusion"] == "failure" and split["output"]["title"] == "2 failed, 5 passed, 1 skipped"
+    assert GitHubEmulator.status_sequence(split) == ["queued", "in_progress", "completed"]
+    assert outcomes(store, split) == outcomes(store, whole)  # and in the same order: pytest's
+    job = store.get_job(job_id_of_external(split["external_id"]))
+    assert job is not None and (job.shards, job.attempt) == (2, 1)
+    shards = shards_of(store, job.id, job.attempt)
+    assert [(s.index, s.state, s.attempt) for s in shards] == [(0, "completed", 1), (1, "completed", 1)]
+    assert {r.shard for r in store.results_of(job.id, job.attempt)} == {0, 1}  # both did part of the work
+
+    client = create_app(sharded).test_client()  # the job page reads like one runner's
+    page = client.get(split["details_url"].removeprefix(sharded.public_url)).get_data(as_text=True)
+    assert "test_sizes[4]" in page and "shards" in page
+    log = client.get(split["details_url"].removeprefix(sharded.public_url) + "/files/log.txt").get_data(as_text=True)
+    assert "===== shard 1 of 2" in log and "===== shard 2 of 2" in log
+    note = client.get(split["details_url"].removeprefix(sharded.public_url) + "/files/tests/extra-note/note.txt")
+    assert note.get_data(as_text=True) == "kept"  # each shard's test artifacts where an unsharded job has them
