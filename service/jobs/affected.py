@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runners.untrusted_files import read_bounded
 from service.jobs.context import WorkerContext
-from service.jobs.import_closure import Closure, ModuleIndex, TooLarge, closure, module_name
+from service.jobs.import_closure import MAX_SOURCE_BYTES, Closure, ModuleIndex, TooLarge, closure, module_name
 from service.store import Job, Run, job_id_for
 
 TARGET_KINDS = ("models", "fuse")  # declared targets whose tests are parametrized by them (suites/sharding.py)
@@ -104,9 +105,9 @@ def decide_for_checkout(checkout: Path, changed: Sequence[str], targets: Mapping
         return everything(f"the checkout was not analysed ({exc})")
 
     def read_head(path: str) -> bytes | None:
-        try:
-            return (checkout / path).read_bytes() if not (checkout / path).is_symlink() else None
-        except OSError:
+        try:  # the pull request's files: no link followed, on any component; a larger one is unsure (None)
+            return read_bounded(checkout, path, MAX_SOURCE_BYTES)
+        except (OSError, ValueError):
             return None
 
     return decide(changed, targets, index, read_head, read_base)

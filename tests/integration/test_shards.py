@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -81,13 +82,13 @@ def make_repo(root: Path, full_name: str) -> str:
 
 @contextmanager
 def cpu_worker(settings: Settings, suites: Path, emulator: GitHubEmulator, repos: list[str],
-               threads: int) -> Iterator[None]:
+               threads: int, queues: tuple[str, ...] = ("cpu", "github")) -> Iterator[None]:
     for name in repos:
         emulator.add_repo(name)
     emulator.add_installation(INSTALLATION_ID, repos=repos)
     app = create_worker_celery(settings, suites_dir=suites)
-    with start_worker(app, pool="threads", concurrency=threads, perform_ping_check=False, shutdown_timeout=30,
-                      queues=["cpu", "github"]):
+    with start_worker(app, pool="threads", concurrency=threads, perform_ping_check=False, shutdown_timeout=60,
+                      queues=list(queues), hostname=f"cpu-{uuid.uuid4().hex[:8]}@localhost"):
         deadline = time.monotonic() + 60
         while slots_by_queue(app, timeout=2.0).get("cpu", 0) < threads:  # its consumer is up: it answers broadcasts
             assert time.monotonic() < deadline, "the worker never answered a broadcast"
@@ -160,3 +161,107 @@ def test_two_shards_on_two_worker_threads_give_the_check_run_of_one(
     assert "===== shard 1 of 2" in log and "===== shard 2 of 2" in log
     note = client.get(split["details_url"].removeprefix(sharded.public_url) + "/files/tests/extra-note/note.txt")
     assert note.get_data(as_text=True) == "kept"  # each shard's test artifacts where an unsharded job has them
+
+
+BLOCKING_SUITE = '''
+import os, pathlib, time
+import pytest
+
+MARKS = pathlib.Path({marks!r})
+
+@pytest.mark.parametrize("n", range(4))
+def test_quick(n):
+    pass
+
+def test_blocks_the_first_time():
+    started = MARKS / "started"
+    if started.exists():
+        return
+    started.write_text(str(os.getpid()))
+    deadline = time.time() + 120
+    while not (MARKS / "release").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    os._exit(3)  # the run whose worker was killed ends here, leaving nothing
+'''
+WORKER_MODULE = '''
+import os
+from pathlib import Path
+
+from service.config import Settings
+from service.jobs.tasks import create_worker_celery
+
+celery = create_worker_celery(Settings.from_env(), suites_dir=Path(os.environ["SHARD_TEST_SUITES"]))
+'''
+
+
+def worker_env(settings: Settings, suites: Path) -> dict[str, str]:
+    """The settings as a separate worker process reads them (COMPILE_CI_*)."""
+    import os
+
+    return {**os.environ, "PYTHONPATH": f"{suites.parent}{os.pathsep}{ROOT}", "SHARD_TEST_SUITES": str(suites),
+            "COMPILE_CI_WEBHOOK_SECRET": settings.webhook_secret.reveal(),
+            "COMPILE_CI_GITHUB_APP_ID": str(settings.github_app_id),
+            "COMPILE_CI_GITHUB_PRIVATE_KEY": settings.github_private_key.reveal(),
+            "COMPILE_CI_GITHUB_API_URL": settings.github_api_url, "COMPILE_CI_GITHUB_THROTTLE": "false",
+            "COMPILE_CI_REDIS_URL": settings.redis_url, "COMPILE_CI_DATA_DIR": str(settings.data_dir),
+            "COMPILE_CI_DATABASE_URL": settings.database_url, "COMPILE_CI_PUBLIC_URL": settings.public_url,
+            "COMPILE_CI_CLONE_URL_TEMPLATE": settings.clone_url_template, "COMPILE_CI_DEVICES": "cpu",
+            "COMPILE_CI_RUNNER": "local", "COMPILE_CI_RUNNER_PYTHON": settings.runner_python,
+            "COMPILE_CI_MAX_SHARDS": "4", "COMPILE_CI_SHARD_MIN_SECONDS": "0"}
+
+
+def until(condition: Any, what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.1)
+
+
+def test_a_shard_whose_worker_is_killed_runs_again_alone(
+    settings: Settings, tmp_path: Path, emulator: GitHubEmulator
+) -> None:
+    import os
+    import signal
+
+    marks, suites = tmp_path / "marks", tmp_path / "worker" / "suites"
+    marks.mkdir()
+    (suites / "correctness").mkdir(parents=True)
+    (suites / "correctness" / "test_lost.py").write_text(textwrap.dedent(BLOCKING_SUITE.format(marks=str(marks))))
+    (suites.parent / "shard_worker.py").write_text(WORKER_MODULE)
+    sha = make_repo(tmp_path, "octo/lost")
+    sharded = dataclasses.replace(settings, max_shards=4, shard_min_seconds=0)
+    store = Store(settings.database_url)
+    emulator.add_repo("octo/lost")
+    emulator.add_installation(INSTALLATION_ID, repos=["octo/lost"])
+    github = create_worker_celery(sharded, suites_dir=suites)
+    killable = subprocess.Popen(  # a cpu worker of its own process, killed like a host that goes away
+        [sys.executable, "-m", "celery", "-A", "shard_worker", "worker", "-Q", "cpu", "-P", "threads", "-c", "2",
+         "-n", f"killable-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
+        cwd=suites.parent, env=worker_env(sharded, suites), start_new_session=True)
+    try:
+        with start_worker(github, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=60,
+                          queues=["github"], hostname=f"github-{uuid.uuid4().hex[:8]}@localhost"):
+            until(lambda: slots_by_queue(github, timeout=2.0).get("cpu", 0) >= 2, "the cpu worker answers")
+            push(sharded, "octo/lost", 4103, sha)
+            until(lambda: store.runs_at_sha("octo/lost", sha), "the push makes a run")
+            job_id = f"{store.runs_at_sha('octo/lost', sha)[0].id}-correctness-cpu"
+            until(lambda: (marks / "started").exists(), "a shard runs the blocking test")
+            until(lambda: [s.state for s in shards_of(store, job_id, 1)] in (["running", "completed"],),
+                  "the other shard completes while the first one blocks")
+            os.killpg(killable.pid, signal.SIGKILL)  # its worker dies mid-shard: no clean-up, no acknowledgement
+            killable.wait(timeout=30)
+            orphan = int((marks / "started").read_text())
+            (marks / "release").write_text("")  # the killed worker's job process ends by itself
+            until(lambda: not Path(f"/proc/{orphan}").exists(), "the killed worker's job process ends")
+            # A new cpu worker on this host finds the shard's lease held by a dead process: re-queued alone.
+            with cpu_worker(sharded, suites, emulator, ["octo/lost"], threads=2, queues=("cpu",)):
+                check_run = completed_check_run(emulator, "octo/lost")
+    finally:
+        if killable.poll() is None:
+            os.killpg(killable.pid, signal.SIGKILL)
+    assert (check_run["conclusion"], check_run["output"]["title"]) == ("success", "5 passed")
+    job = store.get_job(job_id)
+    assert job is not None and (job.attempt, job.shards, job.infra_failures) == (1, 2, 0)  # never the whole job
+    lost, kept = shards_of(store, job_id, 1)
+    assert (lost.attempt, lost.infra_failures, kept.attempt) == (2, 1, 1)  # only the lost shard ran again
+    assert sorted(r.shard for r in store.results_of(job_id, 1)) == [0, 0, 0, 1, 1]
