@@ -137,4 +137,7 @@ def decide_for_job(ctx: WorkerContext, run: Run, job: Job, targets: Mapping[str,
         text = ctx.checkout.read_file(mirror, run.base_sha, path)
         return text.encode() if text is not None else None
 
-    return decide_for_checkout(checkout, changed, targets, read_base)
+    try:
+        return decide_for_checkout(checkout, changed, targets, read_base)
+    except Exception as exc:  # noqa: BLE001 - whatever the pull request's files hold, the job runs, whole
+        return everything(f"the change was not analysed ({type(exc).__name__})")

@@ -86,10 +86,11 @@ def closure(index: ModuleIndex, module: str, read: Callable[[str], bytes | None]
                 continue
             files.add(path)
             source = read(path)
-            if source is None or len(source) > MAX_SOURCE_BYTES or DYNAMIC.search(source):
-                dynamic.append(path)
-            if source is not None and len(source) <= MAX_SOURCE_BYTES:
-                pending += imported_names(source, candidate, path.endswith("__init__.py"))
+            names_in = None if source is None or len(source) > MAX_SOURCE_BYTES else imported_names(
+                source, candidate, path.endswith("__init__.py"))
+            if names_in is None or DYNAMIC.search(source or b""):
+                dynamic.append(path)  # unreadable, too large, unparsable or computed: what it imports is unknown
+            pending += names_in or []
     return Closure(frozenset(files), frozenset(names), tuple(sorted(dynamic)))
 
 
@@ -98,13 +99,12 @@ def _with_packages(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
-def imported_names(source: bytes, module: str, is_package: bool) -> list[str]:
-    """The module names a file's import statements name (relative ones resolved); a file that does not parse
-    imports nothing we can see, and is flagged dynamic by its caller only through its text."""
+def imported_names(source: bytes, module: str, is_package: bool) -> list[str] | None:
+    """The module names a file's import statements name (relative ones resolved); None when it does not parse."""
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
     package = module if is_package else module.rpartition(".")[0]
     found: list[str] = []
     for node in ast.walk(tree):

@@ -56,15 +56,20 @@ def replace_shard_results(store: Store, job_id: str, attempt: int, shard: int, r
 
 def order_results(store: Store, job_id: str, attempt: int, order: Sequence[str]) -> None:
     """Rows in the order one runner would have run the tests (pytest's collection order; results are listed by row
-    id): the merged attempt reads like the unsharded one. Tests not in `order` keep their place after them."""
+    id): the merged attempt reads like the unsharded one. Tests not in `order` keep their place after them. A test
+    two shards ran (a runner image whose suites cannot split runs everything in every shard) is kept once."""
     rank = {nodeid: index for index, nodeid in enumerate(order)}
     with store.session() as s:
         rows = list(s.scalars(select(TestResult).where(TestResult.job_id == job_id, TestResult.attempt == attempt)
                               .order_by(TestResult.id)))
-        ranked = sorted(rows, key=lambda r: (rank.get(r.nodeid, len(rank)), r.shard, r.id))
-        if [r.id for r in ranked] == [r.id for r in rows]:
+        kept, seen = [], set()
+        for row in sorted(rows, key=lambda r: (rank.get(r.nodeid, len(rank)), r.shard, r.id)):
+            if row.nodeid not in seen:
+                seen.add(row.nodeid)
+                kept.append(row)
+        if [r.id for r in kept] == [r.id for r in rows]:
             return
-        copies = [_copy(r) for r in ranked]
+        copies = [_copy(r) for r in kept]
         s.execute(delete(TestResult).where(TestResult.job_id == job_id, TestResult.attempt == attempt))
         s.add_all(copies)
 

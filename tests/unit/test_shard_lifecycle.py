@@ -101,12 +101,12 @@ def _records(*pairs: tuple[str, str]) -> list[TestRecord]:
 
 def test_each_shard_keeps_its_own_results_and_the_merge_puts_them_in_pytest_order(store: Store) -> None:
     job_id = _sharded(store, 2)
-    replace_shard_results(store, job_id, 1, 1, _records(("t::b", "passed"), ("t::d", "failed")))
+    replace_shard_results(store, job_id, 1, 1, _records(("t::b", "passed"), ("t::d", "failed"), ("t::a", "failed")))
     replace_shard_results(store, job_id, 1, 0, _records(("t::a", "passed"), ("t::old", "passed")))
     replace_shard_results(store, job_id, 1, 0, _records(("t::a", "passed"), ("t::c", "skipped")))  # run again
     order_results(store, job_id, 1, ["t::a", "t::b", "t::c", "t::d"])
-    assert [(r.nodeid, r.shard) for r in store.results_of(job_id, 1)] == [
-        ("t::a", 0), ("t::b", 1), ("t::c", 0), ("t::d", 1)]
+    assert [(r.nodeid, r.shard, r.outcome) for r in store.results_of(job_id, 1)] == [
+        ("t::a", 0, "passed"), ("t::b", 1, "passed"), ("t::c", 0, "skipped"), ("t::d", 1, "failed")]  # once each
 
 
 def test_tests_left_to_the_base_take_its_results_and_stay_not_run_without_one(store: Store) -> None:
