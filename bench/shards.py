@@ -4,7 +4,7 @@ affect saves.
 The repository: declared models in one module each (zoo/<name>.py, real architectures from compile-ci's own corpus,
 suites/correctness/breadth_models.py, as a stand-in for a zoo of torchvision/timm/transformers classes), and
 zoo/patches.py, which a compiler patch would live in. Through a private Redis, the GitHub emulator, embedded Celery
-workers (one for reports, one cpu worker with W threads) and LocalRunner, with the built-in suite:
+worker (W threads for the cpu queue's shards, one for reports) and LocalRunner, with the built-in suite:
 
 1. an unmeasured push that fills the trusted compile cache and records each test's duration;
 2. for W in --workers: a push of a new commit on W cpu worker slots (COMPILE_CI_MAX_SHARDS=W, no minimum seconds
@@ -111,13 +111,16 @@ class Zoo:
 
 
 @contextlib.contextmanager
-def cpu_worker(settings: Settings, threads: int) -> Iterator[None]:
-    app = create_worker_celery(settings, suites_dir=ROOT / "suites")
-    with start_worker(app, pool="threads", concurrency=threads, perform_ping_check=False, shutdown_timeout=120,
-                      queues=["cpu"], hostname=f"cpu-{uuid.uuid4().hex[:8]}@bench"):
-        while slots_by_queue(app, timeout=2.0).get("cpu", 0) < threads:
+def worker(settings: Settings, shards: int) -> Iterator[Settings]:
+    """One worker for both queues, with a thread per shard and one for reports: COMPILE_CI_MAX_SHARDS keeps the
+    reports' thread out of the split. (Two embedded workers in one process do not survive one of them stopping.)"""
+    sized = dataclasses.replace(settings, max_shards=shards)
+    app = create_worker_celery(sized, suites_dir=ROOT / "suites")
+    with start_worker(app, pool="threads", concurrency=shards + 1, perform_ping_check=False, shutdown_timeout=120,
+                      queues=["cpu", "github"], hostname=f"bench-{uuid.uuid4().hex[:8]}@bench"):
+        while slots_by_queue(app, timeout=2.0).get("cpu", 0) < shards + 1:
             time.sleep(0.2)
-        yield
+        yield sized
 
 
 def describe(zoo: Zoo, job: Job) -> str:
@@ -164,33 +167,27 @@ def main() -> int:
             commit_file(repo, "main", ".compile-ci.toml", f'[suites]\ndevices = ["cpu"]\nrun = ["{args.suite}"]\n'
                         f"flaky_reruns = 0\n[targets]\nmodels = [{specs}]\n", "declare the zoo")
             zoo = Zoo(settings, emulator, repo)
-            github = create_worker_celery(settings, suites_dir=ROOT / "suites")
-            with start_worker(github, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=120,
-                              queues=["github"], hostname=f"github-{uuid.uuid4().hex[:8]}@bench"):
-                one = dataclasses.replace(settings, max_shards=1)
-                with cpu_worker(one, 1):
-                    warm = zoo.push(one, "warm-up")
-                    print(f"warm-up push (fills the compile cache, records durations): {describe(zoo, warm)}",
-                          flush=True)
-                walls = {}
-                for workers in (int(w) for w in args.workers.split(",")):
-                    sized = dataclasses.replace(settings, max_shards=workers)
-                    with cpu_worker(sized, workers):
-                        job = zoo.push(sized, f"on {workers} workers")
-                    walls[workers] = job.duration_s or 0.0
-                    print(f"{workers} cpu worker(s), {job.shards} shard(s): {describe(zoo, job)}", flush=True)
-                first = next(iter(walls.values()))
-                print("speed-up: " + ", ".join(f"{w} workers {first / wall:.2f}x" for w, wall in walls.items()))
-                with cpu_worker(one, 1):
-                    name = next(iter(modules))
-                    model = zoo.pull_request(one, name, modules[name] + "\n# a comment\n")
-                    print(f"pull request changing {name} (1 worker): {describe(zoo, model)}", flush=True)
-                    patch = zoo.pull_request(one, "zoo/patches.py", "from torch._inductor import lowering  # v2\n")
-                    print(f"pull request changing zoo/patches.py (1 worker): {describe(zoo, patch)}", flush=True)
-                left = len([r for r in zoo.store.results_of(model.id, model.attempt) if r.not_affected])
-                ratio = (model.duration_s or 0) / (patch.duration_s or 1)
-                print(f"affected targets only: {model.duration_s:.1f} s against {patch.duration_s:.1f} s "
-                      f"({ratio:.2f}x; {left} tests took the base's result)")
+            with worker(settings, 1) as one:
+                warm = zoo.push(one, "warm-up")
+            print(f"warm-up push (fills the compile cache, records durations): {describe(zoo, warm)}", flush=True)
+            walls = {}
+            for workers in (int(w) for w in args.workers.split(",")):
+                with worker(settings, workers) as sized:
+                    job = zoo.push(sized, f"on {workers} workers")
+                walls[workers] = job.duration_s or 0.0
+                print(f"{workers} cpu worker(s), {job.shards} shard(s): {describe(zoo, job)}", flush=True)
+            first = next(iter(walls.values()))
+            print("speed-up: " + ", ".join(f"{w} workers {first / wall:.2f}x" for w, wall in walls.items()))
+            with worker(settings, 1) as one:
+                name = next(iter(modules))
+                model = zoo.pull_request(one, name, modules[name] + "\n# a comment\n")
+                print(f"pull request changing {name} (1 worker): {describe(zoo, model)}", flush=True)
+                patch = zoo.pull_request(one, "zoo/patches.py", "from torch._inductor import lowering  # v2\n")
+                print(f"pull request changing zoo/patches.py (1 worker): {describe(zoo, patch)}", flush=True)
+            left = len([r for r in zoo.store.results_of(model.id, model.attempt) if r.not_affected])
+            ratio = (model.duration_s or 0) / (patch.duration_s or 1)
+            print(f"affected targets only: {model.duration_s:.1f} s against {patch.duration_s:.1f} s "
+                  f"({ratio:.2f}x; {left} tests took the base's result)")
             assert emulator.errors == [], emulator.errors
         return 0
     finally:

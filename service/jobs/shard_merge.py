@@ -80,22 +80,29 @@ def disagreement_of(selections: Sequence[SelectionFile]) -> str:
 
 def merge_when_done(ctx: WorkerContext, job_id: str) -> None:
     """Once every shard of the running attempt completed: merge and complete the job, once (whoever comes last)."""
-    with ctx.claims.report_lock(f"merge:{job_id}"):
-        job = ctx.store.get_job(job_id)
-        run = ctx.store.get_run(job.run_id) if job else None
-        if job is None or run is None or job.state != JobState.RUNNING or job.shards <= 1:
-            return
-        shards = shards_of(ctx.store, job.id, job.attempt)
-        if len(shards) < job.shards or any(s.state != JobState.COMPLETED for s in shards):
-            return
-        out = ctx.settings.artifacts_dir / run.id / job.id / str(job.attempt)
-        outcome = _merge(ctx, job, shards, out)
-        done = lifecycle.complete(ctx.store, job, outcome)
+    try:
+        with ctx.claims.report_lock(f"merge:{job_id}"):
+            done = _merge_if_complete(ctx, job_id)
+    except Exception:  # noqa: BLE001 - not merged now: the reaper sends a completed shard's message again
+        # The lock a merger that died holds lapses in 2 minutes; Redis may be down; a merge may have failed.
+        log.warning("job %s: not merged now; the reaper tries again", job_id, exc_info=True)
+        return
     if done is not None:
-        records = [r for r in ctx.store.results_of(job.id, job.attempt) if not r.not_affected]
-        wall = done.duration_s or 0.0
-        job_finished(done, outcome.conclusion, RunResult(0, wall), records)
-    ctx.queue.report_job(job_id)
+        records = [r for r in ctx.store.results_of(done.id, done.attempt) if not r.not_affected]
+        job_finished(done, done.conclusion or "", RunResult(0, done.duration_s or 0.0), records)
+        ctx.queue.report_job(job_id)
+
+
+def _merge_if_complete(ctx: WorkerContext, job_id: str) -> Job | None:
+    job = ctx.store.get_job(job_id)
+    run = ctx.store.get_run(job.run_id) if job else None
+    if job is None or run is None or job.state != JobState.RUNNING or job.shards <= 1:
+        return None
+    shards = shards_of(ctx.store, job.id, job.attempt)
+    if len(shards) < job.shards or any(s.state != JobState.COMPLETED for s in shards):
+        return None
+    out = ctx.settings.artifacts_dir / run.id / job.id / str(job.attempt)
+    return lifecycle.complete(ctx.store, job, _merge(ctx, job, shards, out))
 
 
 def shard_results_dir(artifacts: Path, run_id: str, shard: Shard) -> Path:

@@ -22,13 +22,14 @@ from typing import Any
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from service.celery_app import slots_by_queue
+from service.celery_app import create_celery, slots_by_queue
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import push_event, signed
 from service.devkit.sandbox.sample_repo import commit_file
 from service.devkit.sandbox.stack import INSTALLATION_ID
-from service.jobs.tasks import create_worker_celery
+from service.jobs.reaper import reap
+from service.jobs.tasks import build_context, create_worker_celery
 from service.store import Store, job_id_of_external
 from service.store.shards import shards_of
 from service.web.app import create_app
@@ -188,7 +189,8 @@ import os
 from pathlib import Path
 
 from service.config import Settings
-from service.jobs.tasks import create_worker_celery
+from service.jobs.reaper import reap
+from service.jobs.tasks import build_context, create_worker_celery
 
 celery = create_worker_celery(Settings.from_env(), suites_dir=Path(os.environ["SHARD_TEST_SUITES"]))
 '''
@@ -234,31 +236,37 @@ def test_a_shard_whose_worker_is_killed_runs_again_alone(
     emulator.add_repo("octo/lost")
     emulator.add_installation(INSTALLATION_ID, repos=["octo/lost"])
     github = create_worker_celery(sharded, suites_dir=suites)
-    killable = subprocess.Popen(  # a cpu worker of its own process, killed like a host that goes away
-        [sys.executable, "-m", "celery", "-A", "shard_worker", "worker", "-Q", "cpu", "-P", "threads", "-c", "2",
-         "-n", f"killable-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
-        cwd=suites.parent, env=worker_env(sharded, suites), start_new_session=True)
+    # Two cpu workers of their own processes (one job each), so that one can be killed like a host that goes away.
+    workers = [subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "shard_worker", "worker", "-Q", "cpu", "-P", "threads", "-c", "1",
+         "-n", f"cpu{n}-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "--loglevel", "WARNING"],
+        cwd=suites.parent, env=worker_env(sharded, suites), start_new_session=True) for n in range(2)]
     try:
         with start_worker(github, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=60,
                           queues=["github"], hostname=f"github-{uuid.uuid4().hex[:8]}@localhost"):
-            until(lambda: slots_by_queue(github, timeout=2.0).get("cpu", 0) >= 2, "the cpu worker answers")
+            until(lambda: slots_by_queue(github, timeout=2.0).get("cpu", 0) >= 2, "both cpu workers answer")
             push(sharded, "octo/lost", 4103, sha)
             until(lambda: store.runs_at_sha("octo/lost", sha), "the push makes a run")
             job_id = f"{store.runs_at_sha('octo/lost', sha)[0].id}-correctness-cpu"
             until(lambda: (marks / "started").exists(), "a shard runs the blocking test")
-            until(lambda: [s.state for s in shards_of(store, job_id, 1)] in (["running", "completed"],),
-                  "the other shard completes while the first one blocks")
-            os.killpg(killable.pid, signal.SIGKILL)  # its worker dies mid-shard: no clean-up, no acknowledgement
-            killable.wait(timeout=30)
+            lost, kept = shards_of(store, job_id, 1)
+            ctx = build_context(sharded, create_celery(sharded), suites_dir=suites)
+            holder = ctx.claims.lease_holder(lost.id)
+            assert holder is not None
+            os.killpg(int(holder.split(":")[1]), signal.SIGKILL)  # the worker running it dies: no clean-up at all
             orphan = int((marks / "started").read_text())
             (marks / "release").write_text("")  # the killed worker's job process ends by itself
             until(lambda: not Path(f"/proc/{orphan}").exists(), "the killed worker's job process ends")
-            # A new cpu worker on this host finds the shard's lease held by a dead process: re-queued alone.
-            with cpu_worker(sharded, suites, emulator, ["octo/lost"], threads=2, queues=("cpu",)):
-                check_run = completed_check_run(emulator, "octo/lost")
+            until(lambda: shards_of(store, job_id, 1)[1].state == "completed", "the other shard completes")
+            until(lambda: ctx.claims.lease_holder(lost.id) is None, "the lost shard's lease lapses", 60)
+            assert reap(ctx) == []  # once: a live worker whose lease vanished with Redis would take it again
+            assert reap(ctx) == [f"{lost.id}: running with its lease lapsed (its worker is gone); re-queued alone"]
+            check_run = completed_check_run(emulator, "octo/lost")  # the surviving worker runs it
     finally:
-        if killable.poll() is None:
-            os.killpg(killable.pid, signal.SIGKILL)
+        for process in workers:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                process.wait(timeout=60)
     assert (check_run["conclusion"], check_run["output"]["title"]) == ("success", "5 passed")
     job = store.get_job(job_id)
     assert job is not None and (job.attempt, job.shards, job.infra_failures) == (1, 2, 0)  # never the whole job
