@@ -1,10 +1,14 @@
 """The reaper and sharded jobs, with a real Redis: a shard whose lease lapsed is re-queued alone (never its job or its
-siblings), then failed; a shard message lost is sent again; a fan-out lost midway is re-queued whole."""
+siblings), then failed; a killed predecessor's shard runs again at a worker's start; a shard message lost is sent
+again; a fan-out lost midway is re-queued whole; a job never merged is merged."""
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import socket
+import subprocess
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,6 +21,7 @@ from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import Conclusion, Outcome
 from service.jobs.reaper import reap
+from service.jobs.shard_reaper import recover_shards_of_dead_workers_here
 from service.jobs.tasks import build_context
 from service.store import NewRun, Shard, utcnow
 from service.store.claims import PRIORITY_SEP
@@ -84,3 +89,29 @@ def test_a_fan_out_lost_before_its_shards_existed_is_requeued_whole(settings: Se
     (line,) = reap(ctx, utcnow() + timedelta(minutes=5))
     assert line == f"{job_id}: running as shards, but none was made (its worker is gone); re-queued"
     assert ctx.store.get_job(job_id).state == "queued" and ("compile_ci.run_job", [job_id]) in queued(settings)
+
+
+def test_a_restarted_worker_runs_its_killed_predecessors_shard_again_alone(settings: Settings, tmp_path: Path
+                                                                           ) -> None:
+    ctx, job_id, (lost, alive) = sharded_job(settings, tmp_path, count=2)
+    for shard in (lost, alive):
+        lifecycle.start_shard(ctx.store, shard.id, "local")
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # a process of this host that no longer exists held the lease: the killed worker
+    assert ctx.claims.acquire_lease(lost.id, f"{socket.gethostname()}:{gone.pid}:1:{lost.id}", 15)
+    assert ctx.claims.acquire_lease(alive.id, f"{socket.gethostname()}:{os.getpid()}:1:{alive.id}", 15)
+    assert recover_shards_of_dead_workers_here(ctx) == [
+        f"{lost.id}: its worker on this host is gone; re-queued alone, first"]
+    assert [s.state for s in shards_of(ctx.store, job_id, 1)] == ["queued", "running"]
+    assert queued(settings) == [("compile_ci.run_shard", [lost.id])]
+
+
+def test_a_job_whose_shards_all_completed_but_never_merged_is_merged(settings: Settings, tmp_path: Path) -> None:
+    ctx, job_id, shards = sharded_job(settings, tmp_path, count=2)
+    for shard in shards:
+        started = lifecycle.start_shard(ctx.store, shard.id, "local")
+        lifecycle.complete_shard(ctx.store, started, Outcome(Conclusion.SUCCESS, "no tests"), "tests")
+    assert reap(ctx) == []  # the worker of the last one is merging it now
+    assert reap(ctx, utcnow() + timedelta(minutes=5)) == [
+        f"{job_id}: every shard completed but the job was never merged; merging it"]
+    assert queued(settings) == [("compile_ci.run_shard", [shards[-1].id])]  # a completed shard's message merges

@@ -22,12 +22,13 @@ from typing import Any
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from service.celery_app import create_celery, slots_by_queue
+from service.celery_app import CeleryQueue, create_celery, slots_by_queue
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import push_event, signed
 from service.devkit.sandbox.sample_repo import commit_file
 from service.devkit.sandbox.stack import INSTALLATION_ID
+from service.jobs.job_control import cancel_run
 from service.jobs.reaper import reap
 from service.jobs.tasks import build_context, create_worker_celery
 from service.store import Store, job_id_of_external
@@ -164,6 +165,42 @@ def test_two_shards_on_two_worker_threads_give_the_check_run_of_one(
     assert note.get_data(as_text=True) == "kept"  # each shard's test artifacts where an unsharded job has them
 
 
+
+WAITING_SUITE = '''
+import pathlib, time
+import pytest
+
+@pytest.mark.parametrize("n", range(4))
+def test_waits(n):
+    deadline = time.time() + 120
+    while not pathlib.Path({release!r}).exists() and time.time() < deadline:
+        time.sleep(0.05)
+'''
+
+
+def test_a_sharded_job_shows_its_shards_progress_together_and_stops_them_all_when_cancelled(
+    settings: Settings, tmp_path: Path, emulator: GitHubEmulator
+) -> None:
+    suites = tmp_path / "suites"
+    (suites / "correctness").mkdir(parents=True)
+    release = tmp_path / "release"
+    (suites / "correctness" / "test_wait.py").write_text(textwrap.dedent(WAITING_SUITE.format(release=str(release))))
+    sha = make_repo(tmp_path, "octo/cancel")
+    sharded = dataclasses.replace(settings, max_shards=2, shard_min_seconds=0, progress_interval_seconds=1)
+    store = Store(settings.database_url)
+    with cpu_worker(sharded, suites, emulator, ["octo/cancel"], threads=3):  # two shards, and one for reports
+        push(sharded, "octo/cancel", 4104, sha)
+        until(lambda: [r["output"]["title"] for r in emulator.check_runs("octo/cancel")] == ["Running: 0 / 4 tests"],
+              "the check run shows both shards' tests")
+        (run,) = store.runs_at_sha("octo/cancel", sha)
+        cancel_run(store, CeleryQueue(create_celery(sharded)), run, "Cancelled by /cancel from @maintainer.")
+        check_run = completed_check_run(emulator, "octo/cancel")
+    release.write_text("")
+    assert (check_run["conclusion"], check_run["output"]["title"]) == ("cancelled", "Cancelled")
+    (job,) = store.jobs_of(run.id)
+    assert [(s.state, s.conclusion) for s in shards_of(store, job.id, 1)] == [("completed", "cancelled")] * 2
+
+
 BLOCKING_SUITE = '''
 import os, pathlib, time
 import pytest
@@ -189,6 +226,7 @@ import os
 from pathlib import Path
 
 from service.config import Settings
+from service.jobs.job_control import cancel_run
 from service.jobs.reaper import reap
 from service.jobs.tasks import build_context, create_worker_celery
 
