@@ -47,6 +47,17 @@ class Checkout:
         )
         return proc.stdout.decode("utf-8", errors="replace") if proc.returncode == 0 else None
 
+    def changed_paths(self, mirror: Path, base: str, head: str) -> list[str]:
+        """The paths whose content differs between two commits (added, deleted, changed; a rename as both names).
+        Trees are compared directly, so the shallow fetches of both commits are enough."""
+        proc = subprocess.run(
+            ["git", "--git-dir", str(mirror), "diff-tree", "-r", "--name-only", "--no-renames", "-z", base, head],
+            capture_output=True, check=False,
+        )
+        if proc.returncode != 0:
+            raise CheckoutError(f"git diff-tree failed: {proc.stderr.decode(errors='replace').strip()}")
+        return [p.decode(errors="replace") for p in proc.stdout.split(b"\0") if p]
+
     def export(self, mirror: Path, sha: str, dest: Path) -> Path:
         """Write the tree of `sha` into `dest` (no .git: the job never sees remotes or credentials)."""
         dest.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ QUEUES = ("cpu", "cuda", "cuda2", "github")
 FIRST, AGAIN, NORMAL, LOW = 0, 3, 6, 9
 PLAN_RUN = "compile_ci.plan_run"
 RUN_JOB = "compile_ci.run_job"
+RUN_SHARD = "compile_ci.run_shard"
 REPORT_JOB = "compile_ci.report_job"
 HANDLE_COMMENT = "compile_ci.handle_comment"
 REAP_JOBS = "compile_ci.reap_jobs"
@@ -49,6 +50,7 @@ def create_celery(settings: Settings) -> Celery:
 
 PRESENCE_TIMEOUT_S = 0.5  # a worker busy with a job still answers (a separate thread); slower means gone
 PRESENCE_CACHE_S = 30.0
+SLOTS_TIMEOUT_S = 1.0  # two broadcasts (queues, pool sizes), asked by a worker about to split a job
 
 
 def workers_by_queue(app: Celery, timeout: float = PRESENCE_TIMEOUT_S) -> dict[str, list[str]]:
@@ -61,12 +63,26 @@ def workers_by_queue(app: Celery, timeout: float = PRESENCE_TIMEOUT_S) -> dict[s
     return served
 
 
+def slots_by_queue(app: Celery, timeout: float = SLOTS_TIMEOUT_S) -> dict[str, int]:
+    """Queue -> how many tasks the workers consuming it that answered run at once (their pools' concurrency)."""
+    inspect = app.control.inspect(timeout=timeout)
+    queues, stats = inspect.active_queues() or {}, inspect.stats() or {}
+    slots: dict[str, int] = {}
+    for worker, consumed in queues.items():
+        size = ((stats.get(worker) or {}).get("pool") or {}).get("max-concurrency")
+        for queue in consumed or []:
+            name = str(queue.get("name", ""))
+            slots[name] = slots.get(name, 0) + (size if isinstance(size, int) and size > 0 else 1)
+    return slots
+
+
 class CeleryQueue:
     """Producer side: enqueue ids only; every task re-reads the store."""
 
     def __init__(self, app: Celery) -> None:
         self._app = app
         self._served: tuple[float, frozenset[str] | None] = (-PRESENCE_CACHE_S, None)
+        self._slots: tuple[float, dict[str, int] | None] = (-PRESENCE_CACHE_S, None)
 
     def served_queues(self) -> frozenset[str] | None:
         """Queues some worker consumes now (asked at most every 30 s); None when the broker did not answer."""
@@ -78,6 +94,17 @@ class CeleryQueue:
                 served = None
             self._served = (time.monotonic(), served)
         return served
+
+    def worker_slots(self) -> dict[str, int] | None:
+        """Tasks the live workers of each queue run at once (asked at most every 30 s); None when nobody answered."""
+        asked_at, slots = self._slots
+        if time.monotonic() - asked_at >= PRESENCE_CACHE_S:
+            try:
+                slots = slots_by_queue(self._app) or None
+            except Exception:  # noqa: BLE001 - unknown is an answer: the caller then runs one shard
+                slots = None
+            self._slots = (time.monotonic(), slots)
+        return slots
 
     def plan_run(self, run_id: str, *, retry_of: int | None = None, delay_s: float = 0.0) -> None:
         """`retry_of`: the failed try of planning this message retries (one retry chain per run, see
@@ -91,6 +118,11 @@ class CeleryQueue:
         queued normally (its message was lost, not its place in line); `low`: behind them all (a base run)."""
         priority = FIRST if first else AGAIN if again else LOW if low else NORMAL
         self._app.send_task(RUN_JOB, args=[job_id], queue=queue, priority=priority)
+
+    def run_shard(self, shard_id: str, device: str, *, first: bool = False, low: bool = False) -> None:
+        """One shard of a sharded job (service/jobs/sharding.py), with a job's places in line."""
+        priority = FIRST if first else LOW if low else NORMAL
+        self._app.send_task(RUN_SHARD, args=[shard_id], queue=device, priority=priority)
 
     def report_job(self, job_id: str) -> None:
         self._app.send_task(REPORT_JOB, args=[job_id], queue="github")

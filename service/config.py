@@ -81,6 +81,10 @@ class Settings:
     runner_image_cpu: str = "compile-ci/runner-cpu:latest"
     runner_image_cuda: str = "compile-ci/runner-cuda:latest"
     max_job_minutes: int = 60
+    # A suite job runs as up to this many shards, one per live worker slot of its device and at most one per
+    # `shard_min_seconds` of its recorded test time (service/jobs/shard_plan.py); 1: never sharded.
+    max_shards: int = 4
+    shard_min_seconds: int = 30
     # Names this deployment's job containers (a label), so a worker sweeps only its own deployment's leftovers on
     # an engine that others share. Default: derived from the database URL (hashed: it may hold a password).
     deployment: str = "default"
@@ -249,6 +253,8 @@ def _build(env: Mapping[str, str]) -> Settings:
         runner_image_cpu=_get(env, "RUNNER_IMAGE_CPU", "compile-ci/runner-cpu:latest"),
         runner_image_cuda=_get(env, "RUNNER_IMAGE_CUDA", "compile-ci/runner-cuda:latest"),
         max_job_minutes=_int(env, "MAX_JOB_MINUTES", 60, problems),
+        max_shards=_int(env, "MAX_SHARDS", 4, problems),
+        shard_min_seconds=_int(env, "SHARD_MIN_SECONDS", 30, problems, minimum=0),
         deployment=_get(env, "DEPLOYMENT") or hashlib.sha256(database_url.encode()).hexdigest()[:12],
         pip_index_url=next(iter(_index_urls(env, "PIP_INDEX_URL", problems)), ""),
         pip_extra_index_urls=_index_urls(env, "PIP_EXTRA_INDEX_URLS", problems),

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from suites import compiler_surface, reruns
+from suites import compiler_surface, reruns, sharding
 from suites.job_files import BackgroundFiles, ProgressWriter
 from suites.log_sections import LogSections
 from suites.naming import sanitise_nodeid
@@ -209,3 +209,4 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(ArtifactWriter(Path(output), files), "compile-ci-artifacts")
         config.pluginmanager.register(ProgressWriter(Path(output), files), "compile-ci-progress")
         config.pluginmanager.register(LogSections(config), "compile-ci-log-sections")
+        sharding.register(config, Path(output))  # a shard's share, or tests left to their base results

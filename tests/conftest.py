@@ -80,6 +80,8 @@ def make_settings(tmp_path: Path, redis_url: str, github_url: str, private_key: 
         "COMPILE_CI_DEVICES": "cpu",
         # The pipeline tests run their own small suites from the host; the Docker runner has its own tests.
         "COMPILE_CI_RUNNER": "local",
+        # One shard per job, as a deployment with one worker slot runs: sharding has its own tests (test_shards.py).
+        "COMPILE_CI_MAX_SHARDS": "1",
         **extra,
     }
     return Settings.from_env(env)

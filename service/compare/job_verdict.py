@@ -17,7 +17,8 @@ from service.compare.verdicts import Verdict
 # that broke a `[budgets]` limit, whatever its outcome.
 BADGES: Mapping[Verdict, str] = {Verdict.NEW_FAILURE: "NEW", Verdict.FAILED: "NEW",
                                  Verdict.FAILING_AT_BASE: "AT BASE", Verdict.FLAKY: "FLAKY",
-                                 Verdict.KNOWN_FLAKY: "KNOWN FLAKY", Verdict.FIXED: "FIXED"}
+                                 Verdict.KNOWN_FLAKY: "KNOWN FLAKY", Verdict.FIXED: "FIXED",
+                                 Verdict.NOT_AFFECTED: "NOT AFFECTED"}
 BUDGET = "BUDGET"
 TEST_OUTCOME_CONCLUSIONS = ("success", "failure")
 
@@ -33,6 +34,7 @@ class JobVerdict:
     flaky: int = 0  # failed, then passed when re-run in the job: shown, not red
     known_flaky: int = 0  # failed, but known flaky across the repository's recent runs: shown, not red
     fixed: int = 0
+    not_affected: int = 0  # not run, their declared target out of the change's reach: the base's results, not red
 
     @property
     def figures(self) -> tuple[int, int, int, int]:
@@ -59,9 +61,12 @@ def job_verdict(conclusion: str, title: str, raw_title: str, judgement: Judgemen
     budget = len({v.nodeid for v in judgement.violations})
     at_base, flaky = len(judgement.of(Verdict.FAILING_AT_BASE)), len(judgement.of(Verdict.FLAKY))
     known, fixed = len(judgement.of(Verdict.KNOWN_FLAKY)), len(judgement.of(Verdict.FIXED))
-    counts = dict(new=new, budget=budget, at_base=at_base, flaky=flaky, known_flaky=known, fixed=fixed)
+    left = len(judgement.of(Verdict.NOT_AFFECTED))
+    counts = dict(new=new, budget=budget, at_base=at_base, flaky=flaky, known_flaky=known, fixed=fixed,
+                  not_affected=left)
     notes = [said for said in (_count(at_base, "failing at base", "failing at base"), _count(flaky, "flaky", "flaky"),
-                               _count(known, "known flaky", "known flaky"), _count(fixed, "fixed", "fixed")) if said]
+                               _count(known, "known flaky", "known flaky"), _count(fixed, "fixed", "fixed"),
+                               _count(left, "not affected (base result)", "not affected (base results)")) if said]
     if new or budget:
         red = [said for said in (_count(new, "new failure", "new failures"),
                                  _count(budget, "budget violation", "budget violations")) if said]

@@ -46,7 +46,9 @@ def render_section(judgement: Judgement, test_url: Callable[[str], str]) -> str:
                            ("Flaky: failed, then passed when re-run in this job", Verdict.FLAKY),
                            ("Known flaky: failed here, flaky across this repository's recent runs (not counted "
                             "against this pull request)", Verdict.KNOWN_FLAKY),
-                           ("Fixed", Verdict.FIXED)):
+                           ("Fixed", Verdict.FIXED),
+                           ("Not affected by this change, so not run: the base's results",
+                            Verdict.NOT_AFFECTED)):
         lines += _listed(title, judgement.of(verdict), test_url)
     if judgement.violations:
         lines += ["", "**Budget violations** (`[budgets]` in .compile-ci.toml)", ""]

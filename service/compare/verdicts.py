@@ -18,6 +18,7 @@ class Verdict(StrEnum):
     UNCHANGED = "unchanged"
     FAILED = "failed"  # fails at head, no base result to compare with: red, as without a base
     PASSED = "passed"  # passes at head, no base result to compare with
+    NOT_AFFECTED = "not_affected"  # not run: the pull request cannot affect it; its outcome is the base's
 
 
 RED = (Verdict.NEW_FAILURE, Verdict.FAILED)

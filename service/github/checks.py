@@ -74,7 +74,8 @@ def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url:
         return CheckRunView(status="completed", conclusion=job.conclusion or "action_required",
                             title=plain_title(job.title),
                             summary=truncate(inert_markdown(job.detail), MAX_TEXT, job_url), **base)
-    failures = [r for r in results if r.outcome in ("failed", "error")]
+    # A test not affected by the pull request carries its base's outcome: not this job's failure.
+    failures = [r for r in results if r.outcome in ("failed", "error") and not getattr(r, "not_affected", False)]
     summary = _summary(job, failures, job_url)
     verdicts = {t.nodeid: t.verdict for t in judgement.tests} if judgement is not None else {}
     if judgement is not None:
@@ -118,7 +119,8 @@ def _progress_title(job: Job) -> str:
 
 
 def _progress(job: Job, job_url: str) -> str:
-    lines = [f"Running `{job.suite}` on {job.device} (attempt {job.attempt})."]
+    shards = f", as {job.shards} shards" if (job.shards or 1) > 1 else ""
+    lines = [f"Running `{job.suite}` on {job.device} (attempt {job.attempt}{shards})."]
     if job.progress_total:
         lines.append(f"{job.progress_done} of {job.progress_total} tests done.")
     if job.progress_current:

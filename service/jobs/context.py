@@ -26,11 +26,15 @@ class JobQueue(Protocol):
     def run_job(self, job_id: str, queue: str, *, first: bool = False, again: bool = False,
                 low: bool = False) -> None: ...
 
+    def run_shard(self, shard_id: str, device: str, *, first: bool = False, low: bool = False) -> None: ...
+
     def report_job(self, job_id: str) -> None: ...
 
     def handle_comment(self, request: dict[str, Any]) -> None: ...
 
     def served_queues(self) -> frozenset[str] | None: ...
+
+    def worker_slots(self) -> dict[str, int] | None: ...
 
 
 class Leases(Protocol):
@@ -71,7 +75,11 @@ class WorkerContext:
 
     def fetch(self, run: Run) -> Path:
         """Make the run's head sha present locally; the token (if any) lives only in this call."""
+        return self.fetch_commit(run, run.head_sha)
+
+    def fetch_commit(self, run: Run, sha: str) -> Path:
+        """Make a commit of the run's repository present in its mirror (the head, or a pull request's base)."""
         template = self.settings.clone_url_template
         url = template.format(full_name=run.repo_full_name) if template else run.clone_url
         token = self.github.installation_token(run.installation_id) if url.startswith("https://") else None
-        return self.checkout.fetch(url, run.head_sha, key=str(run.repo_id), token=token)
+        return self.checkout.fetch(url, sha, key=str(run.repo_id), token=token)

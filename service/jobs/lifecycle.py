@@ -6,6 +6,8 @@
           running --infrastructure error, once--> queued
           running|queued --worker or message lost (reaper)--> queued, then completed(failure)
           queued --superseded, /cancel--> completed(cancelled); running: cancel requested, its worker completes it
+    shard (a sharded job's attempt: queued -> running as N shards, completed when the last one is merged):
+          queued -> running -> completed(conclusion); running --infrastructure error, once, or lost--> queued
 
 Every transition is one conditional UPDATE (Store.transition): when two workers, or a worker and a webhook, race
 for one job, exactly one wins and the other is told so (None / False) instead of overwriting it.
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from service.store import APPROVAL_SUITE, Job, Run, Store, job_id_for, utcnow
+from service.store import APPROVAL_SUITE, Job, Run, Shard, Store, job_id_for, shard_id_for, utcnow
 
 
 class RunState(StrEnum):
@@ -73,7 +75,7 @@ _NEW_GENERATION: dict[str, object] = {
     "xpassed": 0,
     "check_run_id": None, "reported": "", "reported_digest": "", "annotations_sent": 0, "cancel_requested": False,
     "infra_failures": 0, "progress_done": 0, "progress_total": 0, "progress_current": "", "started_at": None,
-    "finished_at": None, "verdict_conclusion": "", "verdict_title": "",
+    "finished_at": None, "verdict_conclusion": "", "verdict_title": "", "shards": 1,
 }
 
 
@@ -154,7 +156,7 @@ def start(store: Store, job_id: str, runner: str) -> Job | None:
     """queued (or running, when its previous worker was lost) -> running, as a new attempt."""
     return store.transition(Job, job_id, {"state": (JobState.QUEUED, JobState.RUNNING)},
                             {"state": JobState.RUNNING, "attempt": Job.attempt + 1, "runner": runner,
-                             "started_at": utcnow(), "finished_at": None})
+                             "started_at": utcnow(), "finished_at": None, "shards": 1})
 
 
 def record_progress(store: Store, job: Job, done: int, total: int, current: str) -> bool:
@@ -218,3 +220,71 @@ def give_up_lost(store: Store, job: Job, detail: str) -> bool:
     when = {"state": job.state, "attempt": job.attempt}
     return store.transition(Job, job.id, when, values) is not None
 
+
+
+# --- shards (one attempt of a job split over several workers: service/jobs/sharding.py) -------------------------
+
+
+def start_sharded(store: Store, job_id: str, runner: str, count: int) -> Job | None:
+    """queued -> running as a new attempt that `count` shards run. Only from queued: a redelivered message of a
+    sharded job finds it running and leaves it to its shards, which the reaper watches one by one."""
+    return store.transition(Job, job_id, {"state": JobState.QUEUED},
+                            {"state": JobState.RUNNING, "attempt": Job.attempt + 1, "runner": runner,
+                             "started_at": utcnow(), "finished_at": None, "shards": count})
+
+
+def new_shards(job: Job, plan: str) -> list[Shard]:
+    """The queued shards of a sharded attempt (stored with service.store.shards.add_shards_if_absent)."""
+    return [Shard(id=shard_id_for(job.id, job.attempt, index), job_id=job.id, job_attempt=job.attempt, index=index,
+                  count=job.shards, plan=plan, state=JobState.QUEUED, attempt=0, infra_failures=0, title="",
+                  detail="", kind="", queued_at=utcnow()) for index in range(job.shards)]
+
+
+def start_shard(store: Store, shard_id: str, runner: str) -> Shard | None:
+    """queued (or running, when its previous worker was lost) -> running, as the shard's next attempt."""
+    return store.transition(Shard, shard_id, {"state": (JobState.QUEUED, JobState.RUNNING)},
+                            {"state": JobState.RUNNING, "attempt": Shard.attempt + 1, "started_at": utcnow(),
+                             "finished_at": None})
+
+
+def record_shard_progress(store: Store, shard: Shard, done: int, total: int) -> bool:
+    values = {"progress_done": done, "progress_total": total}
+    return store.transition(Shard, shard.id, {"state": JobState.RUNNING, "attempt": shard.attempt}, values) is not None
+
+
+def retry_shard_after_infra_error(store: Store, shard: Shard, reason: str) -> bool:
+    """running -> queued, once: the shard alone runs again, its siblings' results stay."""
+    values = {"state": JobState.QUEUED, "infra_failures": Shard.infra_failures + 1, "started_at": None,
+              "detail": reason, "queued_at": utcnow()}
+    when = {"state": JobState.RUNNING, "attempt": shard.attempt, "infra_failures": 0}
+    return store.transition(Shard, shard.id, when, values) is not None
+
+
+def complete_shard(store: Store, shard: Shard, outcome: Outcome, kind: str) -> Shard | None:
+    """running -> completed for the shard attempt that ran (`kind`: tests | none | other, for the merge)."""
+    values = {"state": JobState.COMPLETED, "conclusion": outcome.conclusion, "title": outcome.title, "kind": kind,
+              "detail": outcome.detail, "torch_version": outcome.torch_version, "finished_at": utcnow()}
+    return store.transition(Shard, shard.id, {"state": JobState.RUNNING, "attempt": shard.attempt}, values)
+
+
+def cancel_shard(store: Store, shard_id: str, reason: str) -> bool:
+    """A queued shard of a job that was cancelled, re-run or dropped meanwhile: completed without running."""
+    values = {"state": JobState.COMPLETED, "conclusion": Conclusion.CANCELLED, "title": "Cancelled", "kind": "other",
+              "detail": reason, "finished_at": utcnow()}
+    return store.transition(Shard, shard_id, {"state": JobState.QUEUED}, values) is not None
+
+
+def requeue_lost_shard(store: Store, shard: Shard) -> bool:
+    """A shard whose worker or message was lost goes back to the queue alone (a lost running attempt counts)."""
+    values: dict[str, object] = {"state": JobState.QUEUED, "queued_at": utcnow()}
+    if shard.state == JobState.RUNNING:
+        values |= {"infra_failures": Shard.infra_failures + 1, "started_at": None}
+    when = {"state": shard.state, "attempt": shard.attempt}
+    return store.transition(Shard, shard.id, when, values) is not None
+
+
+def give_up_lost_shard(store: Store, shard: Shard, detail: str) -> bool:
+    """Lost twice: completed as an infrastructure failure, which the merged job then reports."""
+    values = {"state": JobState.COMPLETED, "conclusion": Conclusion.FAILURE, "title": INFRA_TITLE, "kind": "other",
+              "detail": detail, "finished_at": utcnow()}
+    return store.transition(Shard, shard.id, {"state": shard.state, "attempt": shard.attempt}, values) is not None

@@ -16,16 +16,18 @@ from pathlib import Path
 
 from runners.compile_cache import CacheScope, trust_class
 from runners.job_log import TIMES_NAME, append_text
-from runners.protocol import RunResult, RunSpec
-from service.jobs import install, lifecycle
+from runners.protocol import RunResult, RunSpec, ShouldCancel
+from service.jobs import affected, install, lifecycle
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
 from service.jobs.outcome import judge, read_attempt, read_json, write_meta
 from service.jobs.planning import builtin_suites, job_queue
+from service.jobs.selection import Selected, not_affected_env, read_selection
 from service.observability.worker import job_finished, job_started
 from service.repo_config import CONFIG_FILE, RepoConfig, parse_repo_config
 from service.store import Job, Run
+from service.store.shards import add_not_affected
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +55,14 @@ def run_job(ctx: WorkerContext, job_id: str) -> None:
         if started is None:
             return
         job_started(started)
-        _tell(lambda: ctx.queue.report_job(job_id))
+        tell(lambda: ctx.queue.report_job(job_id))
         retry = _execute(ctx, started, lease)
     if retry:  # only after the lease is gone, or the retry would find it held and drop itself
-        _tell(lambda: ctx.queue.run_job(job_id, job_queue(job.suite, job.device), first=True))
-    _tell(lambda: ctx.queue.report_job(job_id))
+        tell(lambda: ctx.queue.run_job(job_id, job_queue(job.suite, job.device), first=True))
+    tell(lambda: ctx.queue.report_job(job_id))
 
 
-def _tell(send: Callable[[], None]) -> None:
+def tell(send: Callable[[], None]) -> None:
     """A message the broker did not take (Redis down) is not lost work: the reaper finds the job and sends it again."""
     try:
         send()
@@ -90,7 +92,7 @@ class _Watch:
         if progress != self.progress and progress[1]:
             self.progress = progress
             if lifecycle.record_progress(self.ctx.store, self.job, *progress):
-                _tell(lambda: self.ctx.queue.report_job(self.job.id))
+                tell(lambda: self.ctx.queue.report_job(self.job.id))
 
 
 def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
@@ -98,10 +100,25 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
     run = ctx.store.get_run(job.run_id)
     assert run is not None
     out = ctx.settings.artifacts_dir / run.id / job.id / str(job.attempt)
+
+    def selecting(config: RepoConfig, mirror: Path, checkout: Path) -> Selected:
+        decision = affected.decide_for_job(ctx, run, job, config.targets, mirror, checkout)
+        return Selected(not_affected_env(decision.not_affected), decision.line)
+
+    return execute(ctx, run, job, out, job.id, _Watch(ctx, job, lease, out), selecting,
+                   lambda result, roots, checkout, chosen: _finish(ctx, job, out, result, roots, checkout, chosen))
+
+
+def execute(ctx: WorkerContext, run: Run, job: Job, out: Path, name: str, watch: ShouldCancel,
+            selecting: Callable[[RepoConfig, Path, Path], Selected],
+            finish: Callable[[RunResult, list[str], Path, Selected], bool]) -> bool:
+    """A job's attempt, or one shard of it (`name`: its container, cache layer and work tree), in the runner; then
+    `finish`, while the work tree (which locating failures in the repository's files needs) still exists."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    work = ctx.settings.data_dir / "work" / job.id
+    work = ctx.settings.data_dir / "work" / name
     roots: list[str] = []
+    selected = Selected()
     try:
         try:
             _enough_space(ctx.settings.artifacts_dir, ctx.settings.output_mb)
@@ -112,23 +129,24 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
             config = parse_repo_config(text, builtin_suites(ctx.suites_dir))
             assert not isinstance(config, list), "planned jobs have a valid config"
             checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
-            spec = _spec(ctx, run, job, config, checkout, out)
+            selected = selecting(config, mirror, checkout)
+            spec = _spec(ctx, run, job, config, checkout, out, name, selected.env)
             roots = [str(spec.checkout_dir), spec.env.get("COMPILE_CI_CHECKOUT", ""), *install.source_roots(out)]
-            append_text(out / "log.txt", f"$ {' '.join(install.shown(spec.command))}\n")
+            append_text(out / "log.txt", f"{selected.note}$ {' '.join(install.shown(spec.command))}\n")
             install.record_wheels(out, spec.deps_dir, config.requirements, ctx.settings.artifacts_dir, run.repo_id)
-            result = ctx.runner.run(spec, _Watch(ctx, job, lease, out))
+            result = ctx.runner.run(spec, watch)
         except install.InstallFailed as exc:  # the PR's requirements, not the service: no retry
             result = install.failed_result(out, exc)
         except Exception as exc:  # the runner or checkout broke, not the PR
-            log.exception("job %s: infrastructure error", job.id)
+            log.exception("job %s: infrastructure error", name)
             result = RunResult(None, 0.0, infra_error=f"{type(exc).__name__}: {exc}")
-        # Before the work tree goes: locating failures in the repository's files needs them.
-        return _finish(ctx, job, out, result, roots, work / "src")
+        return finish(result, roots, work / "src", selected)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: Path, out: Path) -> RunSpec:
+def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: Path, out: Path, name: str,
+          selection: dict[str, str]) -> RunSpec:
     # Worker paths throughout: LocalRunner uses them as they are, DockerRunner maps them to its mounts.
     # -v: each test's id as it starts (the log shows what is running), not a row of dots.
     pytest = [ctx.runner.python, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "suites.plugin",
@@ -147,11 +165,12 @@ def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: 
         "COMPILE_CI_OUTPUT_DIR": str(out),
         # A failing test is re-run this many times in the same job: failed-then-passed is "flaky" (suites/plugin.py).
         "COMPILE_CI_RERUNS": str(config.flaky_reruns),
+        **selection,
     }
     deps = install.prepare(ctx.settings, config.requirements, ctx.runner.cache_key(job.device))
     if deps is not None or config.install_package:
         command = install.wrap(command, ctx.runner.python, checkout, deps, config.install_package)
-    return RunSpec(job_id=job.id, command=tuple(command), checkout_dir=checkout, output_dir=out,
+    return RunSpec(job_id=name, command=tuple(command), checkout_dir=checkout, output_dir=out,
                    timeout_s=job.timeout_s, device=job.device, env=env, cache=cache,
                    suites_dir=ctx.suites_dir, deps_dir=deps, output_mb=ctx.settings.output_mb)
 
@@ -191,7 +210,8 @@ def artifact_index(out: Path) -> list[tuple[str, int]]:
     return sorted(found)
 
 
-def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: list[str], checkout: Path) -> bool:
+def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: list[str], checkout: Path,
+            selected: Selected) -> bool:
     if result.infra_error and lifecycle.retry_after_infra_error(ctx.store, job, result.infra_error):
         log.warning("job %s: infrastructure error, retrying once: %s", job.id, result.infra_error)
         return True
@@ -204,6 +224,8 @@ def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: l
     write_meta(out, result, ctx.runner.name, outcome, attempt)
     job_finished(job, outcome.conclusion, result, attempt.records)
     ctx.store.replace_results(job.id, job.attempt, attempt.records)
+    if selected.asked_not_affected:  # only what the service left out: the job cannot add to it
+        add_not_affected(ctx.store, job.id, job.attempt, read_selection(out).not_affected)
     ctx.store.replace_artifacts(job.id, job.attempt, artifact_index(out))
     if lifecycle.complete(ctx.store, job, outcome) is None:
         log.warning("job %s attempt %d: no longer running; its result is kept but not reported", job.id, job.attempt)

@@ -19,7 +19,7 @@ import logging
 from datetime import datetime, timedelta
 
 from service.celery_app import PLAN_RUN, QUEUES, RUN_JOB
-from service.jobs import lifecycle, outbox
+from service.jobs import lifecycle, outbox, shard_reaper
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, held_by_a_dead_process_here
 from service.jobs.lifecycle import JobState, RunState
@@ -46,11 +46,12 @@ def reap(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
     did += [line for run in ctx.store.runs_in_state(RunState.PLANNING) if (line := _planning(ctx, run, now, planning))]
     waiting = {job_id for task, job_id in pending if task == RUN_JOB}
     for job in ctx.store.jobs_in_state(JobState.RUNNING, JobState.QUEUED):
-        if job.device not in ctx.settings.devices:
-            continue
+        if job.device not in ctx.settings.devices or (job.state == JobState.RUNNING and job.shards > 1):
+            continue  # a sharded job's shards hold the leases: they are reaped one by one, below
         line = _running(ctx, job, now) if job.state == JobState.RUNNING else _queued(ctx, job, now, waiting)
         if line:
             did.append(line)
+    did += shard_reaper.reap_shards(ctx, now, pending)
     for line in did:
         log.warning("reaper: %s", line)
     return did

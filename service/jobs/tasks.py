@@ -12,11 +12,20 @@ import suites
 from runners.checkout import Checkout
 from runners.local import LocalRunner
 from runners.protocol import Runner
-from service.celery_app import HANDLE_COMMENT, PLAN_RUN, REAP_JOBS, REPORT_JOB, RUN_JOB, CeleryQueue, create_celery
+from service.celery_app import (
+    HANDLE_COMMENT,
+    PLAN_RUN,
+    REAP_JOBS,
+    REPORT_JOB,
+    RUN_JOB,
+    RUN_SHARD,
+    CeleryQueue,
+    create_celery,
+)
 from service.config import Settings
 from service.github import reporting
 from service.github.api import GitHubApp, GoneError, TransientGitHubError
-from service.jobs import comment_commands, pipeline, reaper, run_planning
+from service.jobs import comment_commands, pipeline, reaper, run_planning, shard_reaper, sharding
 from service.jobs.context import Leases, WorkerContext
 from service.jobs.lease import orphaned_jobs
 from service.observability.worker import install_worker
@@ -93,7 +102,12 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
 
     @app.task(name=RUN_JOB, bind=True, shared=False)
     def run_job(self: Task, job_id: str) -> None:
-        pipeline.run_job(ctx, job_id)
+        if not sharding.run_sharded(ctx, job_id):  # fanned out to shards when the deployment has the workers
+            pipeline.run_job(ctx, job_id)
+
+    @app.task(name=RUN_SHARD, bind=True, shared=False)
+    def run_shard(self: Task, shard_id: str) -> None:
+        sharding.run_shard(ctx, shard_id)
 
     @app.task(name=REPORT_JOB, bind=True, shared=False)
     def report_job(self: Task, job_id: str) -> None:
@@ -117,6 +131,7 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
 
     try:
         reaper.recover_jobs_of_dead_workers_here(ctx)
+        shard_reaper.recover_shards_of_dead_workers_here(ctx)
     except Exception as exc:  # Redis or the database not up yet: the reaper finds these jobs a little later
         log.warning("worker start: lost jobs not recovered now: %s", exc)
     app.conf.compile_ci_context = ctx

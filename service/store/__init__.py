@@ -10,16 +10,18 @@ from service.store.rows import (
     Job,
     NewRun,
     Run,
+    Shard,
     TestRecord,
     TestResult,
     job_id_for,
     job_id_of_external,
     run_id_for,
+    shard_id_for,
     utcnow,
 )
 from service.store.schema import UNAVAILABLE, unavailable_reason
 from service.store.store import Conflict, Store
 
-__all__ = ["APPROVAL_CHECK", "APPROVAL_SUITE", "Artifact", "Conflict", "InstalledRepo", "Job", "NewRun", "Run", "Store",
-           "TestRecord", "TestResult", "UNAVAILABLE", "job_id_for", "job_id_of_external", "run_id_for",
-           "unavailable_reason", "utcnow"]
+__all__ = ["APPROVAL_CHECK", "APPROVAL_SUITE", "Artifact", "Conflict", "InstalledRepo", "Job", "NewRun", "Run", "Shard",
+           "Store", "TestRecord", "TestResult", "UNAVAILABLE", "job_id_for", "job_id_of_external", "run_id_for",
+           "shard_id_for", "unavailable_reason", "utcnow"]

@@ -42,7 +42,9 @@ def results_across_runs(store: Store, repo: str, suite: str, device: str, nodeid
               since: datetime | None = None, before: datetime | None = None,
               limit: int = MAX_ROWS) -> list[TestRun]:
     """Newest first; `nodeids` None: every test of the suite and device; `before`: only jobs finished by then."""
-    where = [Run.repo_full_name == repo, Job.suite == suite, Job.device == device, Job.state == "completed"]
+    # A result copied from a base for a test a pull request could not affect is the base's, counted there.
+    where = [Run.repo_full_name == repo, Job.suite == suite, Job.device == device, Job.state == "completed",
+             TestResult.not_affected.is_(False)]
     if nodeids is not None:
         where.append(TestResult.nodeid.in_(list(nodeids)[:1000]))
     if since is not None:

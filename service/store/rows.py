@@ -103,6 +103,8 @@ class Job(Base):
     # these, so they never contradict GitHub ("" until then, and for runs nothing is reported of).
     verdict_conclusion: Mapped[str] = mapped_column(String(20), default="", server_default="")
     verdict_title: Mapped[str] = mapped_column(Text, default="", server_default="")
+    # How many shards its current attempt runs as (service/jobs/sharding.py); 1: the whole suite in one runner.
+    shards: Mapped[int] = mapped_column(Integer, default=1, server_default="1")
     queued_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
@@ -176,6 +178,47 @@ class TestResult(Base):
     verdict: Mapped[str] = mapped_column(String(20), default="", server_default="")
     verdict_detail: Mapped[str] = mapped_column(Text, default="", server_default="")
     over_budget: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # broke a [budgets] limit
+    shard: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # which shard of the attempt ran it
+    # Not run: its declared target is outside what the pull request changed; the outcome is its base's (not_run
+    # until the base job has one). service/jobs/affected.py decides, service/compare/not_affected.py copies.
+    not_affected: Mapped[bool] = mapped_column(default=False, server_default="0")
+
+
+class Shard(Base):
+    """One part of a sharded job's attempt, run by one worker; its states are service.jobs.lifecycle's."""
+
+    __tablename__ = "job_shards"
+    id: Mapped[str] = mapped_column(String(120), primary_key=True)  # shard_id_for(job, attempt, index)
+    job_id: Mapped[str] = mapped_column(String(80), index=True)
+    job_attempt: Mapped[int] = mapped_column(Integer)
+    index: Mapped[int] = mapped_column(Integer)
+    count: Mapped[int] = mapped_column(Integer)
+    # What every shard of the attempt selects by (suites/sharding.py): durations and the targets not affected, fixed
+    # once for all of them, so that they split the same collected tests the same way.
+    plan: Mapped[str] = mapped_column(Text, default="")
+    state: Mapped[str] = mapped_column(String(20), default="queued")  # lifecycle.JobState
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    infra_failures: Mapped[int] = mapped_column(Integer, default=0)
+    conclusion: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    title: Mapped[str] = mapped_column(Text, default="")
+    detail: Mapped[str] = mapped_column(Text, default="")
+    kind: Mapped[str] = mapped_column(String(10), default="")  # tests | none (no tests ran) | other (see merge)
+    torch_version: Mapped[str] = mapped_column(String(60), default="")
+    progress_done: Mapped[int] = mapped_column(Integer, default=0)
+    progress_total: Mapped[int] = mapped_column(Integer, default=0)
+    queued_at: Mapped[datetime] = mapped_column(DateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime, nullable=True)
+
+    @property
+    def duration_s(self) -> float | None:
+        return duration_between(self.started_at, self.finished_at)
+
+
+def shard_id_for(job_id: str, job_attempt: int, index: int) -> str:
+    """Names its lease, container, compile-cache layer and work tree: unique per attempt, so a container an earlier
+    attempt's lost worker left running never holds the name a retry needs."""
+    return f"{job_id}-a{job_attempt}s{index}"
 
 
 class PullComment(Base):

@@ -25,13 +25,14 @@ from service.store.rows import (
     NewRun,
     PullComment,
     Run,
+    Shard,
     TestRecord,
     TestResult,
     utcnow,
 )
 from service.store.schema import UNAVAILABLE, create_schema, sqlite_pragmas, unavailable_reason
 
-Row = TypeVar("Row", Run, Job)
+Row = TypeVar("Row", Run, Job, Shard)
 log = logging.getLogger(__name__)
 # The session every store call of a unit of work shares (Store.unit_of_work), per thread and per store.
 _UNIT: ContextVar[tuple[Store, Session] | None] = ContextVar("compile_ci_store_unit", default=None)

@@ -1,0 +1,36 @@
+"""How many shards a job runs as: the live worker slots of its device (the same broadcast the planner asks), capped
+by COMPILE_CI_MAX_SHARDS, by its number of tests and by what its recorded test time is worth."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from service.jobs.context import WorkerContext
+from service.jobs.planning import job_queue
+from service.store import APPROVAL_SUITE, Job, Run
+from service.store.shards import recorded_durations
+
+
+def shard_count(max_shards: int, slots: int, durations: Mapping[str, float], min_seconds: int) -> int:
+    """One shard per live slot up to the cap; with history, no more shards than tests, nor than one per
+    `min_seconds` of recorded test time (a shard's start costs a pytest, a torch import and a collection)."""
+    count = min(max_shards, slots)
+    if durations:
+        count = min(count, len(durations))
+        if min_seconds > 0:
+            count = min(count, max(1, math.ceil(sum(durations.values()) / min_seconds)))
+    return max(1, count)
+
+
+def plan_for(ctx: WorkerContext, run: Run, job: Job) -> tuple[int, dict[str, float]]:
+    """The shard count and the recorded durations it was made from ({} for a job that runs whole)."""
+    if job.suite == APPROVAL_SUITE or ctx.settings.max_shards <= 1:
+        return 1, {}
+    if job_queue(job.suite, job.device) != job.device:
+        return 1, {}  # a multi-GPU job (distributed) runs whole, on the two GPUs of its own queue
+    slots = (ctx.queue.worker_slots() or {}).get(job.device, 1)
+    if slots <= 1:
+        return 1, {}  # one worker slot: one shard, exactly as before sharding existed
+    durations = recorded_durations(ctx.store, run.repo_full_name, job.suite, job.device)
+    return shard_count(ctx.settings.max_shards, slots, durations, ctx.settings.shard_min_seconds), durations

@@ -1,0 +1,185 @@
+"""A suite job run as N shards on N workers: the fan-out, one shard's run, and its hand-over to the merge.
+
+    run_job(job): N > 1 (service/jobs/shard_plan.py) -> job running with N queued shards, each its own message
+    run_shard(shard): lease -> attempt -> the runner, told its share (suites/sharding.py) -> results -> completed
+    the last shard to complete merges them (service/jobs/shard_merge.py) and completes the job: one check run
+
+A shard holds its own lease: a shard whose worker is lost is re-queued alone by the reaper (service/jobs/
+shard_reaper.py), and its siblings' results stay. Cancelling the job stops its shards; a re-run fans out afresh.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from runners.protocol import RunResult
+from service.jobs import affected, install, lifecycle, pipeline
+from service.jobs.context import WorkerContext
+from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
+from service.jobs.lifecycle import JobState
+from service.jobs.outcome import judge, read_attempt, write_meta
+from service.jobs.planning import builtin_suites
+from service.jobs.selection import Selected, fitted_durations, not_affected_env, shard_env
+from service.jobs.shard_merge import kind_of, merge_when_done, shard_results_dir
+from service.jobs.shard_plan import plan_for
+from service.observability.worker import job_started
+from service.repo_config import CONFIG_FILE, parse_repo_config
+from service.store import Job, Run, Shard
+from service.store.shards import add_shards_if_absent, get_shard, replace_shard_results, shards_of
+
+log = logging.getLogger(__name__)
+
+
+def run_sharded(ctx: WorkerContext, job_id: str) -> bool:
+    """True when the job is a sharded one (fanned out now, or already running as shards); False: run it whole."""
+    job = ctx.store.get_job(job_id)
+    run = ctx.store.get_run(job.run_id) if job else None
+    if job is None or run is None or job.state == JobState.COMPLETED:
+        return False
+    if job.state == JobState.RUNNING:
+        return job.shards > 1  # a redelivered message: its shards run it, and the reaper watches them
+    if job.cancel_requested or ctx.store.is_uninstalled(run.repo_full_name):
+        return False  # the whole-job path completes it as it always did
+    count, durations = plan_for(ctx, run, job)
+    if count <= 1:
+        return False
+    started = lifecycle.start_sharded(ctx.store, job.id, ctx.runner.name, count)
+    if started is None:
+        return True  # another worker fanned it out first
+    job_started(started)
+    plan = _plan(ctx, run, started, durations)
+    add_shards_if_absent(ctx.store, lifecycle.new_shards(started, json.dumps(plan)))
+    out = attempt_dir(ctx, run, started)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "log.txt").write_text(f"{plan['note']}compile-ci: this attempt runs as {count} shards; their logs follow "
+                                 f"here when they end.\n")
+    pipeline.tell(lambda: ctx.queue.report_job(job.id))
+    for shard in shards_of(ctx.store, started.id, started.attempt):
+        pipeline.tell(lambda shard=shard: ctx.queue.run_shard(shard.id, job.device, low=run.trigger == "base"))
+    return True
+
+
+def attempt_dir(ctx: WorkerContext, run: Run, job: Job) -> Path:
+    return ctx.settings.artifacts_dir / run.id / job.id / str(job.attempt)
+
+
+def _plan(ctx: WorkerContext, run: Run, job: Job, durations: dict[str, float]) -> dict[str, object]:
+    """What every shard of the attempt selects by, decided once: the recorded durations and the targets the change
+    cannot affect (decided here from the diff, so that no shard decides differently)."""
+    work = ctx.settings.data_dir / "work" / f"{job.id}-plan"
+    decision = affected.Decision()
+    try:
+        mirror = ctx.fetch(run)
+        text = (run.config_text or None) if run.trigger == "base" else ctx.checkout.read_file(
+            mirror, run.head_sha, CONFIG_FILE)
+        config = parse_repo_config(text, builtin_suites(ctx.suites_dir))
+        if not isinstance(config, list):
+            checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
+            decision = affected.decide_for_job(ctx, run, job, config.targets, mirror, checkout)
+    except Exception as exc:  # noqa: BLE001 - unsure runs everything; the shards meet any real fault themselves
+        decision = affected.everything(f"the change was not analysed ({type(exc).__name__})")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"durations": fitted_durations(durations), "not_affected": list(decision.not_affected),
+            "note": decision.line}
+
+
+def run_shard(ctx: WorkerContext, shard_id: str) -> None:
+    shard = get_shard(ctx.store, shard_id)
+    job = ctx.store.get_job(shard.job_id) if shard else None
+    run = ctx.store.get_run(job.run_id) if job else None
+    if shard is None or job is None or run is None:
+        return
+    if shard.state == JobState.COMPLETED:
+        merge_when_done(ctx, job.id)  # sent again by the reaper: the worker that completed it died before merging
+        return
+    if job.state != JobState.RUNNING or job.attempt != shard.job_attempt or job.cancel_requested:
+        lifecycle.cancel_shard(ctx.store, shard.id, job.detail or "Its job was cancelled or run again.")
+        merge_when_done(ctx, job.id)
+        return
+    owner = owner_of(shard.id)
+    if not ctx.claims.acquire_lease(shard.id, owner, LEASE_TTL_S):
+        log.info("run_shard %s: already running elsewhere (lease held)", shard.id)
+        return
+    with LeaseKeeper(ctx.claims, shard.id, owner) as lease:
+        started = lifecycle.start_shard(ctx.store, shard.id, ctx.runner.name)
+        if started is None:
+            return
+        retry = _execute(ctx, run, job, started, lease)
+    if retry:  # after the lease is gone, or the retry would find it held and drop itself
+        pipeline.tell(lambda: ctx.queue.run_shard(shard.id, job.device, first=True))
+        return
+    merge_when_done(ctx, job.id)
+
+
+class _ShardWatch:
+    """The runner's ~1/s callback for a shard: stop when the job is cancelled, re-run or dropped, or the lease is
+    lost; now and then add this shard's progress to the job's (one check run shows the sum of its shards)."""
+
+    def __init__(self, ctx: WorkerContext, job: Job, shard: Shard, lease: LeaseKeeper, out: Path) -> None:
+        self.ctx, self.job, self.shard, self.lease, self.out = ctx, job, shard, lease, out
+        self.last_published = time.monotonic()
+        self.progress: tuple[int, int, str] | None = None
+
+    def __call__(self) -> bool:
+        if self.lease.lost:
+            return True
+        if time.monotonic() - self.last_published >= self.ctx.settings.progress_interval_seconds:
+            self.last_published = time.monotonic()
+            self._publish()
+        current = self.ctx.store.get_job(self.job.id)
+        return (current is None or current.cancel_requested or current.state != JobState.RUNNING
+                or current.attempt != self.shard.job_attempt)
+
+    def _publish(self) -> None:
+        progress = pipeline.read_progress(self.out)
+        if progress == self.progress or not progress[1]:
+            return
+        self.progress = progress
+        if not lifecycle.record_shard_progress(self.ctx.store, self.shard, progress[0], progress[1]):
+            return
+        siblings = shards_of(self.ctx.store, self.job.id, self.job.attempt)
+        done = sum(s.progress_done for s in siblings)
+        total = sum(s.progress_total for s in siblings)
+        current = f"{progress[2]} (shard {self.shard.index + 1} of {self.shard.count})" if progress[2] else ""
+        if lifecycle.record_progress(self.ctx.store, self.job, done, total, current):
+            pipeline.tell(lambda: self.ctx.queue.report_job(self.job.id))
+
+
+def _execute(ctx: WorkerContext, run: Run, job: Job, shard: Shard, lease: LeaseKeeper) -> bool:
+    """One attempt of one shard; True when an infrastructure error earns it (alone) one automatic retry."""
+    out = shard_results_dir(ctx.settings.artifacts_dir, run.id, shard)
+    plan = json.loads(shard.plan or "{}")
+    specs = [s for s in plan.get("not_affected", []) if isinstance(s, str)]
+    chosen = Selected({**shard_env(shard.index, shard.count, plan.get("durations") or {}), **not_affected_env(specs)},
+                      f"{plan.get('note', '')}compile-ci: shard {shard.index + 1} of {shard.count}, "
+                      f"attempt {shard.attempt}\n")
+
+    def finish(result: RunResult, roots: list[str], checkout: Path, _selected: Selected) -> bool:
+        return _finish(ctx, job, shard, out, result, roots, checkout)
+
+    return pipeline.execute(ctx, run, job, out, shard.id, _ShardWatch(ctx, job, shard, lease, out),
+                            lambda _config, _mirror, _checkout: chosen, finish)
+
+
+def _finish(ctx: WorkerContext, job: Job, shard: Shard, out: Path, result: RunResult, roots: list[str],
+            checkout: Path) -> bool:
+    if result.infra_error and lifecycle.retry_shard_after_infra_error(ctx.store, shard, result.infra_error):
+        log.warning("shard %s: infrastructure error, retrying it once: %s", shard.id, result.infra_error)
+        return True
+    attempt = read_attempt(out, roots, checkout, result.output)
+    current = ctx.store.get_job(job.id)
+    reason = current.detail if current is not None and current.cancel_requested else ""
+    outcome = install.judged(out, result, attempt) or judge(result, attempt, reason, ctx.settings.output_mb)
+    write_meta(out, result, ctx.runner.name, outcome, attempt)
+    now = get_shard(ctx.store, shard.id)
+    if now is None or now.state != JobState.RUNNING or now.attempt != shard.attempt:
+        log.warning("shard %s attempt %d: no longer running; its result is not kept", shard.id, shard.attempt)
+        return False
+    replace_shard_results(ctx.store, job.id, job.attempt, shard.index, attempt.records)
+    lifecycle.complete_shard(ctx.store, shard, outcome, kind_of(outcome))
+    return False

@@ -1,0 +1,95 @@
+"""The suites' selection in a real pytest (suites/sharding.py through `-p suites.plugin`): N shards run exactly the
+tests one runner runs, once each; tests of declared targets the change cannot affect are left out and listed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from service.jobs.selection import not_affected_env, read_selection, shard_env
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = '''
+from dataclasses import dataclass
+import pytest
+
+
+@dataclass(frozen=True)
+class Declared:  # what suites/targets.py gives a test of a declared model: the spec it came from
+    name: str
+    spec: str
+
+
+class TargetError:  # a declared target that failed to load: its test always runs
+    spec = "zoo.broken:examples"
+    test_id = "broken"
+
+
+MODELS = [Declared("resnet", "zoo.resnet:examples"), Declared("vit", "zoo.vit:examples")]
+
+
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.name)
+def test_declared_model(model):
+    pass
+
+
+@pytest.mark.parametrize("variant", [(m, v) for m in MODELS for v in ("bf16", "fp32")],
+                         ids=lambda pair: f"{pair[0].name}-{pair[1]}")
+def test_adversarial_declared_model(variant):
+    pass
+
+
+@pytest.mark.parametrize("model", [TargetError()], ids=["broken"])
+def test_unloadable(model):
+    pass
+
+
+@pytest.mark.parametrize("size", range(6))
+def test_corpus(size):
+    pass
+'''
+
+
+def run_pytest(tmp_path: Path, name: str, env: dict[str, str]) -> tuple[int, list[str], Path]:
+    out = tmp_path / name
+    out.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
+         f"--junitxml={out / 'junit.xml'}", str(tmp_path / "test_zoo.py")],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COMPILE_CI_OUTPUT_DIR": str(out), **env},
+        capture_output=True, text=True, cwd=tmp_path, check=False)
+    ran = [case.get("name", "") for case in ET.parse(out / "junit.xml").getroot().iter("testcase")]
+    return proc.returncode, ran, out
+
+
+@pytest.fixture
+def suite(tmp_path: Path) -> Path:
+    (tmp_path / "test_zoo.py").write_text(textwrap.dedent(SUITE))
+    return tmp_path
+
+
+def test_shards_run_every_test_once_and_leave_out_what_the_change_cannot_affect(suite: Path) -> None:
+    code, whole, out = run_pytest(suite, "whole", {})
+    assert code == 0 and len(whole) == 13 and not (out / "selection.json").exists()  # asked nothing: no selection
+    durations = {"test_zoo.py::test_corpus[0]": 30.0, "test_zoo.py::test_declared_model[vit]": 20.0}
+    left_out = not_affected_env(["zoo.resnet:examples", "zoo.broken:examples"])
+    parts = [run_pytest(suite, f"shard{k}", {**shard_env(k, 2, durations), **left_out}) for k in range(2)]
+    ran = [name for _code, names, _out in parts for name in names]
+    resnet = ["test_declared_model[resnet]", "test_adversarial_declared_model[resnet-bf16]",
+              "test_adversarial_declared_model[resnet-fp32]"]
+    assert sorted(ran) == sorted(n for n in whole if n not in resnet) and all(code == 0 for code, _n, _o in parts)
+    assert "test_corpus[0]" in parts[0][1]  # the longest first, onto the first shard
+    assert "test_unloadable[broken]" in ran  # a target that failed to load always runs: its failure must show
+    selections = [read_selection(out) for _code, _names, out in parts]
+    assert all(s.found and s.count == 2 for s in selections)
+    assert {tuple(s.order) for s in selections} == {tuple(f"test_zoo.py::{n}" for n in whole if n not in resnet)}
+    assert {tuple(s.not_affected) for s in selections} == {tuple(f"test_zoo.py::{n}" for n in resnet)}
+
+    code, ran, out = run_pytest(suite, "empty", {**shard_env(10, 11, {}), **left_out})  # 11 shards of 10 tests
+    assert (code, ran) == (0, []) and read_selection(out).index == 10  # nothing to run is not a failure
