@@ -138,17 +138,23 @@ def crash_in_generated_code(subject: Subject | None, *, backward: bool) -> Itera
         frame = _generated_frame(exc)
         if frame is None or subject is None:
             raise
-        kept = "(not kept)"
-        directory = artifact_dir(subject.nodeid)
-        if directory is not None and os.path.isfile(frame.filename):
-            directory.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(frame.filename, directory / "crashed_graph.py")
-            kept = "crashed_graph.py beside this test's artifacts"
-        lines = [
-            f"crash in inductor's generated code: {type(exc).__name__}: {exc}",
-            f"  at line {frame.lineno} of the generated module, in {frame.name}: {(frame.line or '').strip()}",
-            f"the generated module: {kept} (also among this test's output_code_*.py); `python crashed_graph.py` "
-            f"runs it on random inputs of the recorded shapes, needing only torch",
-            _minify_note(subject, backward=backward, crash=True),
-        ]
-        pytest.fail("\n".join(lines), pytrace=False)
+        lines = _crash_lines(exc, frame, subject, backward)
+    else:
+        return
+    pytest.fail("\n".join(lines), pytrace=False)  # outside the except: the crash is told once, not as a chain
+
+
+def _crash_lines(exc: Exception, frame: traceback.FrameSummary, subject: Subject, backward: bool) -> list[str]:
+    kept = "(not kept)"
+    directory = artifact_dir(subject.nodeid)
+    if directory is not None and os.path.isfile(frame.filename):
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(frame.filename, directory / "crashed_graph.py")
+        kept = "crashed_graph.py beside this test's artifacts"
+    return [
+        f"crash in inductor's generated code: {type(exc).__name__}: {exc}",
+        f"  at line {frame.lineno} of the generated module, in {frame.name}: {(frame.line or '').strip()}",
+        f"the generated module: {kept} (also among this test's output_code_*.py); `python crashed_graph.py` "
+        f"runs it on random inputs of the recorded shapes, needing only torch",
+        _minify_note(subject, backward=backward, crash=True),
+    ]

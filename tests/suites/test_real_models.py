@@ -25,15 +25,16 @@ MODELS_REPO = Path(__file__).resolve().parent / "models_repo"
 MODELS = ("tv_resnet", "timm_efficientnet", "hf_gpt2")
 # Per suite: the tests that exercise declared targets, and the names that must pass. Autograd runs the inductor
 # backend only (aot_eager adds 50 s and is in the bench); correctness the training step (its ten adversarial input
-# variants per model are in the bench); passes all five hooks on a training step of one model per library.
+# variants per model are in the bench); passes all five hooks on a training step of GPT-2 (the hooks do not depend
+# on the library, and each model there is a fresh compile: the passes bypass the cache).
 SELECTIONS: dict[str, tuple[str, set[str]]] = {
     "correctness": ("test_declared_model", {f"test_declared_model[{m}]" for m in MODELS}),
     "autograd": ("test_declared_model_gradients and inductor",
                  {f"test_declared_model_gradients[{m}-inductor]" for m in MODELS}),
     "freezing": ("test_declared_model", {f"test_declared_model[{m}]" for m in MODELS}),
     "layout": ("test_declared_model", {f"test_declared_model[{m}]" for m in MODELS}),
-    "passes": ("test_every_hook_sees_the_graphs_and_numerics_hold and (" + " or ".join(MODELS) + ")",
-               {f"test_every_hook_sees_the_graphs_and_numerics_hold[{m}]" for m in MODELS}),
+    "passes": ("test_every_hook_sees_the_graphs_and_numerics_hold and hf_gpt2",
+               {"test_every_hook_sees_the_graphs_and_numerics_hold[hf_gpt2]"}),
     "fusion": ("test_declared_fusion", {"test_declared_fusion[hf_gelu_new]", "test_declared_fusion[timm_hard_mish]"}),
 }
 

@@ -2,7 +2,8 @@
 
 Load with ``-p tests.suites.planted.generated_code_unbound_local``. The same kind of failure as the upstream inductor
 bug a real model hit on CPU (issue 31: `UnboundLocalError` on a buffer in generated code): every graph's wrapper gets,
-at the top of its `call`, a read of a local that is only assigned on a branch never taken. The module still loads,
+at the top of its `call`, a read of a local that is only assigned on a branch never taken, in every graph that
+calls a convolution (so torch's own compiled helpers, such as the minifier's, still run). The module still loads,
 the crash happens when the compiled graph runs, inside the generated file.
 """
 
@@ -20,7 +21,7 @@ _CALL = re.compile(r"^(?P<indent>[ \t]*)def call\((self, )?args\):\n", re.MULTIL
 
 def _plant(code: str) -> str:
     match = _CALL.search(code)
-    if match is None:
+    if match is None or "convolution" not in code:
         return code
     body = match.group("indent") + "    "
     planted = f"{body}if args is None:\n{body}    buf_planted = None\n{body}del buf_planted\n"
