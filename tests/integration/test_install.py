@@ -205,7 +205,10 @@ def test_requirements_installed_offline_cached_and_install_failures_named(
     (first,) = await_check_runs(emulator, clean, 1, timeout_s=300)
     assert (first["name"], first["conclusion"]) == ("repo (cpu)", "success"), _output(first)
     assert first["output"]["title"] == "2 passed"
-    assert _downloads(log) == before + 1  # the worker fetched the wheel; the job itself had no network
+    # The worker fetched the wheel (twice from this index: its resolution reads a wheel's metadata from the wheel
+    # where the index serves none apart, as pypiserver; PyPI serves it, PEP 658); the job itself had no network.
+    fetched = _downloads(log)
+    assert before < fetched <= before + 2
 
     broken = commit_file(widgets, "broken", ".compile-ci.toml", CONFIG.format(requirement="tinydep==9.9"), "bump")
     open_pr(docker_settings, 2, broken, "broken")
@@ -219,7 +222,7 @@ def test_requirements_installed_offline_cached_and_install_failures_named(
     open_pr(docker_settings, 3, again, "again")
     (second,) = await_check_runs(emulator, again, 1, timeout_s=300)
     assert second["conclusion"] == "success", _output(second)
-    assert _downloads(log) == before + 1  # the cached environment: nothing downloaded a second time
+    assert _downloads(log) == fetched  # the cached environment: nothing downloaded a second time
 
     # A failure in the package is annotated at the package's line, though the job imported it from its own copy.
     broke = commit_file(widgets, "broke", "widgets/__init__.py",
