@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from .batch_statistics import NO_NOISE, Noise
 from .module_runs import flatten_outputs
 
 # Compiled-vs-eager judgement, in the spirit of torch._dynamo.utils.same(fp64_ref=...): a compiled result may be
@@ -63,7 +64,9 @@ def _describe_worst(actual: torch.Tensor, eager: torch.Tensor) -> str:
     )
 
 
-def _compare_leaf(path: str, actual: Any, eager: Any, reference: Any, multiplier: float, floor: float) -> str | None:
+def _compare_leaf(
+    path: str, actual: Any, eager: Any, reference: Any, multiplier: float, floor: float, noise: float | None = None
+) -> str | None:
     if not isinstance(eager, torch.Tensor):
         return None if actual == eager else f"{path}: compiled {actual!r} != eager {eager!r}"
     if not isinstance(actual, torch.Tensor):
@@ -81,13 +84,19 @@ def _compare_leaf(path: str, actual: Any, eager: Any, reference: Any, multiplier
     finite &= torch.isfinite(reference64)
     actual64, flushed = _tolerate_flushes(actual64, eager64, reference64, eager.dtype)
     eager_error, compiled_error = _rmse(eager64, reference64, finite), _rmse(actual64, reference64, finite)
-    allowed = multiplier * eager_error + floor
+    if noise is None:
+        allowed, bound = multiplier * eager_error + floor, f"{multiplier:g} x eager RMSE {eager_error:.3g} + {floor:g}"
+    else:  # a derived allowance (batch_statistics.py): the tensor's measured float32 noise, when eager's is smaller
+        allowed = multiplier * max(eager_error, noise) + floor
+        bound = (f"tolerance {allowed:.3g} = {multiplier:g} x max(eager RMSE {eager_error:.3g}, "
+                 f"measured float32 noise {noise:.3g}) + {floor:g}")
     if compiled_error <= allowed:
         return None
     tolerated = f" ({flushed} results below {eager.dtype}'s smallest normal flushed to 0, tolerated)" if flushed else ""
+    tensor = f" {tuple(eager.shape)} {str(eager.dtype).removeprefix('torch.')}"  # which tensor, at a glance
     return (
-        f"{path}: compiled RMSE vs fp64 reference {compiled_error:.3g} > {multiplier:g} x eager RMSE "
-        f"{eager_error:.3g} + {floor:g}; {_describe_worst(actual64 if flushed else actual, eager)}{tolerated}"
+        f"{path}{tensor}: compiled RMSE vs fp64 reference {compiled_error:.3g} > {bound}; "
+        f"{_describe_worst(actual64 if flushed else actual, eager)}{tolerated}"
     )
 
 
@@ -99,10 +108,12 @@ def differences_from_reference(
     multiplier: float = TOLERANCE_MULTIPLIER,
     floor: float = RMSE_FLOOR,
     what: str = "output",
+    noise: Noise = NO_NOISE,
 ) -> list[str]:
     """One line per leaf where compiled ``actual`` is further from the fp64 reference than ``eager`` allows.
 
-    The three arguments are matching (nested) structures; leaves are tensors or plain values.
+    The three arguments are matching (nested) structures; leaves are tensors or plain values. ``noise`` (from
+    ``batch_statistics.measure_noise``) replaces eager's error by the tensor's measured noise where that is larger.
     """
     actual_leaves, eager_leaves = flatten_outputs(actual, what), flatten_outputs(eager, what)
     reference_leaves = flatten_outputs(reference_fp64, what)
@@ -113,14 +124,17 @@ def differences_from_reference(
     return [
         problem
         for (path, a), (_, e), (_, r) in zip(actual_leaves, eager_leaves, reference_leaves, strict=True)
-        if (problem := _compare_leaf(path, a, e, r, multiplier, floor)) is not None
+        if (problem := _compare_leaf(path, a, e, r, multiplier, floor, noise.per_leaf.get(path) if noise else None))
+        is not None
     ]
 
 
-def fail_on_differences(problems: list[str]) -> None:
-    """Fail the test with every difference listed, one per line (they become the check-run annotation)."""
+def fail_on_differences(problems: list[str], notes: tuple[str, ...] = ()) -> None:
+    """Fail the test with every difference listed, one per line (they become the check-run annotation), then
+    ``notes``: how the tolerance was derived, where the minimised repro is."""
     if problems:
-        pytest.fail("compiled result differs from eager beyond tolerance:\n  " + "\n  ".join(problems), pytrace=False)
+        text = "compiled result differs from eager beyond tolerance:\n  " + "\n  ".join(problems)
+        pytest.fail(text + "".join(f"\n{note}" for note in notes if note), pytrace=False)
 
 
 def assert_close_to_reference(actual: Any, eager: Any, reference_fp64: Any, **options: Any) -> None:

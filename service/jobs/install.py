@@ -1,10 +1,11 @@
 """The install phase: a repository's [install] requirements and its own package, before its tests run.
 
-Trusted half (here, on the worker, never with the pull request's code): `pip download --only-binary=:all:` from
-the deployment's indexes into a wheelhouse, then the wheels are unpacked (`pip install --target`, which runs no
-package code) into a site directory. Both are cached per key = (requirements, indexes, runner image/torch), so a
-second run neither downloads nor installs. The job gets that directory read-only, and its command is wrapped by
-install_step.py, which installs the checkout itself offline, inside the job.
+Trusted half (here, on the worker, never with the pull request's code): the requirements are resolved against what
+the runner provides (the image's torch is never downloaded nor replaced), the other wheels
+are downloaded (`pip download --only-binary=:all: --no-deps`) from the deployment's indexes into a wheelhouse and
+unpacked (`pip install --target`, which runs no package code) into a site directory. Both are cached per key =
+(requirements, indexes, runner image/torch), so a second run neither downloads nor installs. The job gets that
+directory read-only, and its command is wrapped by install_step.py, which installs the checkout itself offline.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -37,6 +39,22 @@ _READY = "ready"
 # What pip on the worker may see of the worker's environment: never the App's secrets.
 _PIP_ENV_PREFIXES = ("PIP_", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy")
 _PIP_ENV_NAMES = ("PATH", "HOME", "LANG", "LC_ALL", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "XDG_CONFIG_HOME")
+
+
+# What the runner image brings and a job tests: a requirement may depend on them (torchvision on torch) but they are
+# never downloaded into the job's site directory, which comes first on the job's path and would shadow them.
+IMAGE_PROVIDED = ("torch", "pytest")
+# A DockerRunner's cache key ends with the image's torch version (its org.compile-ci.torch-version label).
+_KEY_TORCH = re.compile(r"-torch(\d[^\s/]*)$")
+# pip run so that it sees no installed package but the stubs in argv[1]: its own modules are imported first, then
+# sys.path keeps only the standard library (no site-packages, no .pth-added paths) and the stub directory.
+_ISOLATED_PIP = """
+import os, sys, sysconfig
+from pip._internal.cli.main import main
+roots = tuple(sysconfig.get_paths()[name] for name in ("stdlib", "platstdlib"))
+sys.path[:] = [p for p in sys.path if p.startswith(roots) and "-packages" not in p] + [sys.argv[1]]
+sys.exit(main(sys.argv[2:]))
+"""
 
 
 class InstallFailed(Exception):
@@ -66,11 +84,62 @@ def prepare(settings: Settings, requirements: tuple[str, ...], runner_key: str) 
         fcntl.flock(lock, fcntl.LOCK_EX)  # two jobs of one run want the same environment: one builds it
         if (root / _READY).exists():
             return site
-        _build(settings, requirements, root)
+        _build(settings, requirements, root, runner_key)
     return site
 
 
-def _build(settings: Settings, requirements: tuple[str, ...], root: Path) -> None:
+def runner_torch(runner_key: str) -> str | None:
+    """The torch version a DockerRunner's image provides, from its cache key; None for another runner."""
+    match = _KEY_TORCH.search(runner_key)
+    return match.group(1) if match else None
+
+
+def _stub_environment(staging: Path, runner_key: str) -> Path | None:
+    """For a runner image: a directory whose only "installed" distribution is the image's torch, for pip to resolve
+    against (the worker's own packages are not the image's). None for the LocalRunner, whose jobs run the worker's
+    own interpreter: pip resolves against that environment as it is."""
+    if runner_key.startswith("local-"):
+        return None
+    stubs = staging / "provided"
+    version = runner_torch(runner_key)
+    if version:
+        info = stubs / f"torch-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
+    stubs.mkdir(exist_ok=True)
+    return stubs
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _resolve(requirements: Path, indexes: list[str], staging: Path, root: Path, runner_key: str) -> list[str]:
+    """``name==version`` of every wheel the requirements need beyond what the runner provides; a requirement that
+    would replace the image's torch (or pytest) fails the install, naming who asks for which version."""
+    report = staging / "report.json"
+    _pip("resolve", ["install", "--dry-run", "--only-binary=:all:", "--report", str(report), *indexes,
+                     "-r", str(requirements)], root, isolated=_stub_environment(staging, runner_key))
+    wanted = json.loads(report.read_text()).get("install", [])
+    pins, clashes = [], []
+    for item in wanted:
+        name, version = item["metadata"]["name"], item["metadata"]["version"]
+        if _canonical(name) not in IMAGE_PROVIDED:
+            pins.append(f"{name}=={version}")
+            continue
+        has = runner_torch(runner_key) if name == "torch" else None
+        askers = [f"{other['metadata']['name']} {other['metadata']['version']} requires {line.split(';')[0]}"
+                  for other in wanted for line in other["metadata"].get("requires_dist", [])
+                  if _canonical(re.split(r"[\s\[<>=!~;(]", line, maxsplit=1)[0]) == _canonical(name)]
+        clashes.append(f"ERROR: {'; '.join(askers) or f'the requirements ask for {name} {version}'}, but {name} "
+                       f"is the runner image's ({has or 'another version'}) and is never replaced: choose releases "
+                       f"built for it")
+    if clashes:
+        raise InstallFailed("resolve", clashes)
+    return pins
+
+
+def _build(settings: Settings, requirements: tuple[str, ...], root: Path, runner_key: str) -> None:
     staging = root / f"staging-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
@@ -78,11 +147,16 @@ def _build(settings: Settings, requirements: tuple[str, ...], root: Path) -> Non
     indexes = [*(["--index-url", settings.pip_index_url] if settings.pip_index_url else []),
                *(arg for url in settings.pip_extra_index_urls for arg in ("--extra-index-url", url))]
     try:
-        _pip("download", ["download", "--only-binary=:all:", "--dest", str(staging / "wheelhouse"), *indexes,
-                          "-r", str(staging / "requirements.txt")], root)
-        _pip("unpack", ["install", "--no-index", "--only-binary=:all:", "--find-links", str(staging / "wheelhouse"),
-                        "--target", str(staging / "site"), "--no-compile", "-r", str(staging / "requirements.txt")],
-             root)
+        pins = _resolve(staging / "requirements.txt", indexes, staging, root, runner_key)
+        (staging / "pinned.txt").write_text("".join(f"{pin}\n" for pin in pins))
+        (staging / "wheelhouse").mkdir()
+        (staging / "site").mkdir()
+        if pins:  # exactly the resolved wheels: --no-deps, so nothing the runner provides comes along
+            _pip("download", ["download", "--only-binary=:all:", "--no-deps", "--dest", str(staging / "wheelhouse"),
+                              *indexes, "-r", str(staging / "pinned.txt")], root)
+            _pip("unpack", ["install", "--no-index", "--only-binary=:all:", "--no-deps", "--find-links",
+                            str(staging / "wheelhouse"), "--target", str(staging / "site"), "--no-compile",
+                            "-r", str(staging / "pinned.txt")], root)
         for name in ("site", "wheelhouse"):  # a crash between renames left a half; ready was never written
             shutil.rmtree(root / name, ignore_errors=True)
         (staging / "site").rename(root / "site")
@@ -92,11 +166,12 @@ def _build(settings: Settings, requirements: tuple[str, ...], root: Path) -> Non
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _pip(stage: str, args: list[str], root: Path) -> None:
+def _pip(stage: str, args: list[str], root: Path, isolated: Path | None = None) -> None:
     env = {k: v for k, v in os.environ.items() if k.startswith(_PIP_ENV_PREFIXES) or k in _PIP_ENV_NAMES}
     env.update({"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"})
+    launcher = ["-c", _ISOLATED_PIP, str(isolated)] if isolated is not None else ["-m", "pip"]
     try:
-        proc = subprocess.run([sys.executable, "-m", "pip", *args], env=env, stdout=subprocess.PIPE,
+        proc = subprocess.run([sys.executable, *launcher, *args], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=PIP_TIMEOUT_S, cwd=root)
     except subprocess.TimeoutExpired:
         raise InstallFailed(stage, [f"pip {args[0]} did not finish within {PIP_TIMEOUT_S} s"]) from None
@@ -173,7 +248,7 @@ def judged(out: Path, result: RunResult, attempt: Attempt) -> Outcome | None:
     data = read_json(out / "install.json")  # the in-job half wrote it: untrusted, bounded
     if not data:
         return None
-    what = "the [install] requirements" if data.get("stage") in ("download", "unpack") else "the repository itself"
+    what = "the repository itself" if data.get("stage") == "package" else "the [install] requirements"
     raw = data.get("lines")
     lines = "\n".join(str(line)[:1000] for line in (raw if isinstance(raw, list) else [])[:200])[-6000:]
     detail = f"Nothing was tested: installing {what} failed.\n\n{code_block(lines)}"

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from .. import harness, judging, module_runs, targets
+from .. import explain, harness, judging, module_runs, targets
 
 
 class SmallMLP(nn.Module):
@@ -51,21 +51,22 @@ BUILTIN_MODELS: dict[str, tuple[Callable[[], nn.Module], tuple[int, ...]]] = {
 
 
 def _check_against_eager(
-    eager_model: nn.Module, compiled_model: nn.Module, inputs: tuple[object, ...], *, backward: bool
+    eager_model: nn.Module, compiled_model: nn.Module, inputs: tuple[object, ...], *, backward: bool,
+    subject: explain.Subject | None = None,
 ) -> tuple[module_runs.ModuleRun, module_runs.ModuleRun, module_runs.ModuleRun]:
-    """Run eager, then compiled, then an fp64 copy; judge outputs (and gradients) against the fp64 reference.
+    """Run eager, then compiled, then an fp64 copy; judge outputs (and gradients) against the fp64 reference, with
+    a derived allowance for batch statistics (suites/batch_statistics.py); a declared model's failure explains itself.
 
     ``compiled_model`` may be ``eager_model`` itself: a forward that depends on earlier calls then shows up.
     """
-    reference = copy.deepcopy(eager_model).to(torch.float64)  # copied before any call changes module state
+    # Copied before any call changes module state: the reference, and the start of the step for noise runs.
+    reference, pristine = copy.deepcopy(eager_model).to(torch.float64), copy.deepcopy(eager_model)
     eager = module_runs.forward_and_grads(eager_model, eager_model, inputs, backward=backward)
     compiled_fn = torch.compile(compiled_model, backend="inductor")
-    compiled = module_runs.forward_and_grads(compiled_fn, compiled_model, inputs, backward=backward)
+    with explain.crash_in_generated_code(subject, backward=backward):
+        compiled = module_runs.forward_and_grads(compiled_fn, compiled_model, inputs, backward=backward)
     fp64 = module_runs.forward_and_grads(reference, reference, module_runs.to_fp64(inputs), backward=backward)
-    problems = judging.differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs, what="output")
-    if backward:
-        problems += judging.differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
-    judging.fail_on_differences(problems)
+    explain.judge_step(compiled, eager, fp64, pristine=pristine, inputs=inputs, backward=backward, subject=subject)
     return eager, compiled, fp64
 
 
@@ -169,7 +170,9 @@ def test_mutation_through_view_reaches_base(case: str, device: str) -> None:
     )
 
 
-def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetError, device: str) -> None:
+def test_declared_model(
+    declared_model: targets.DeclaredModel | targets.TargetError, device: str, request: pytest.FixtureRequest
+) -> None:
     # Declared models run as their factory returns them (train or eval); random ops use eager's RNG under inductor
     # so dropout masks match. One instance serves eager then compiled, so a forward whose result depends on how
     # often it was called (hidden state) is reported rather than hidden by a fresh copy.
@@ -178,5 +181,7 @@ def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetEr
     model = declared_model.factory().to(device)
     inputs = module_runs.map_tensors(declared_model.example_inputs, lambda t: t.to(device))
     backward = any(p.requires_grad and p.is_floating_point() for p in model.parameters())
+    subject = explain.Subject(request.node.nodeid, declared_model, device)
+    explain.forget(subject.nodeid)
     with harness.inductor_config(fallback_random=True):
-        _check_against_eager(model, model, inputs, backward=backward)
+        _check_against_eager(model, model, inputs, backward=backward, subject=subject)

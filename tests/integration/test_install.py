@@ -21,6 +21,7 @@ from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.sample_repo import commit_file
 from service.devkit.sandbox.stack import INSTALLATION_ID
+from service.jobs import install
 from service.jobs.tasks import create_worker_celery
 from tests.integration.test_pipeline import FULL_NAME, await_check_runs, open_pr
 
@@ -67,21 +68,33 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def package_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """pypiserver on loopback serving tinydep 1.0, a pure-python wheel built here; (simple URL, access log)."""
-    root = tmp_path_factory.mktemp("index")
-    source = root / "tinydep-src"
-    (source / "tinydep").mkdir(parents=True)
-    (source / "tinydep" / "__init__.py").write_text('def greet():\n    return "hello"\n')
-    (source / "pyproject.toml").write_text('[project]\nname = "tinydep"\nversion = "1.0"\n'
+def _wheel(root: Path, name: str, version: str, code: str, dependencies: tuple[str, ...] = ()) -> None:
+    source = root / f"{name}-{version}-src"
+    (source / name).mkdir(parents=True)
+    (source / name / "__init__.py").write_text(code)
+    (source / "pyproject.toml").write_text(f'[project]\nname = "{name}"\nversion = "{version}"\n'
+                                           f'dependencies = {list(dependencies)!r}\n'
                                            '[build-system]\nrequires = ["setuptools"]\n'
                                            'build-backend = "setuptools.build_meta"\n')
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index", "--no-build-isolation", "-q",
-                    "-w", str(root / "packages"), str(source)], check=True)
+                    "-w", str(root / "packages"), str(source)], check=True,
+                   env={**os.environ, "PIP_CONFIG_FILE": os.devnull})  # a host's pip constraints may cap torch
+
+
+@pytest.fixture(scope="module")
+def package_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """pypiserver on loopback serving pure-python wheels built here, nothing else (no fallback to another index);
+    (simple URL, access log). tinydep 1.0; visionlib 1.0 (needs torch>=2 and tinydep, as torchvision needs the
+    runner's torch) and 2.0 (needs torch 99.0); a stand-in torch 99.0, newer than any runner's."""
+    root = tmp_path_factory.mktemp("index")
+    _wheel(root, "tinydep", "1.0", 'def greet():\n    return "hello"\n')
+    _wheel(root, "visionlib", "1.0", "VERSION = 1\n", ("torch>=2", "tinydep"))
+    _wheel(root, "visionlib", "2.0", "VERSION = 2\n", ("torch==99.0",))
+    _wheel(root, "torch", "99.0", "")
     port, log = _free_port(), root / "access.log"
     server = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "-p", str(port), "-i", "127.0.0.1",
-                               "-a", ".", "-P", ".", "-v", "--log-file", str(log), str(root / "packages")],
+                               "-a", ".", "-P", ".", "--disable-fallback", "-v", "--log-file", str(log),
+                               str(root / "packages")],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}/simple/"
     deadline = time.monotonic() + 30
@@ -97,6 +110,38 @@ def package_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     yield url, log
     server.terminate()
     server.wait(timeout=10)
+
+
+@pytest.fixture
+def index_settings(tmp_path: Path, package_index: tuple[str, Path], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # only the deployment's index, as below
+    return Settings("secret", "1", "key", data_dir=tmp_path / "data", pip_index_url=package_index[0])
+
+
+@pytest.mark.parametrize("runner_key", ["docker-compile-ci-runner-cpu-latest-torch2.13.0", "local-python"])
+def test_the_runners_torch_satisfies_requirements_and_is_never_downloaded(
+    index_settings: Settings, package_index: tuple[str, Path], runner_key: str
+) -> None:
+    # A DockerRunner's image names its torch in the cache key (the worker's own packages are not the image's); the
+    # LocalRunner's jobs run the worker's interpreter, whose torch pip sees installed. Either way visionlib's
+    # `torch>=2` is met by the runner's torch though the index has a newer one.
+    site = install.prepare(index_settings, ("visionlib==1.0",), runner_key)
+    assert site is not None
+    names = {path.name for path in site.iterdir()}
+    assert {"visionlib", "tinydep"} <= names, names
+    assert not any(name.startswith("torch") for name in names), names
+    assert not any(p.name.startswith("torch") for p in (site.parent / "wheelhouse").iterdir())
+    assert "GET /packages/visionlib-1.0" in package_index[1].read_text()
+
+
+def test_a_requirement_that_would_replace_the_images_torch_fails_naming_both_versions(
+    index_settings: Settings,
+) -> None:
+    with pytest.raises(install.InstallFailed) as caught:
+        install.prepare(index_settings, ("visionlib==2.0",), "docker-compile-ci-runner-cpu-latest-torch2.13.0")
+    text = "\n".join(caught.value.lines)
+    assert caught.value.stage == "resolve" and "visionlib 2.0 requires torch==99.0" in text, text
+    assert "the runner image's (2.13.0)" in text and "never replaced" in text, text
 
 
 @pytest.fixture
@@ -162,7 +207,10 @@ def test_requirements_installed_offline_cached_and_install_failures_named(
     (first,) = await_check_runs(emulator, clean, 1, timeout_s=300)
     assert (first["name"], first["conclusion"]) == ("repo (cpu)", "success"), _output(first)
     assert first["output"]["title"] == "2 passed"
-    assert _downloads(log) == before + 1  # the worker fetched the wheel; the job itself had no network
+    # The worker fetched the wheel (twice from this index: its resolution reads a wheel's metadata from the wheel
+    # where the index serves none apart, as pypiserver; PyPI serves it, PEP 658); the job itself had no network.
+    fetched = _downloads(log)
+    assert before < fetched <= before + 2
 
     broken = commit_file(widgets, "broken", ".compile-ci.toml", CONFIG.format(requirement="tinydep==9.9"), "bump")
     open_pr(docker_settings, 2, broken, "broken")
@@ -176,7 +224,7 @@ def test_requirements_installed_offline_cached_and_install_failures_named(
     open_pr(docker_settings, 3, again, "again")
     (second,) = await_check_runs(emulator, again, 1, timeout_s=300)
     assert second["conclusion"] == "success", _output(second)
-    assert _downloads(log) == before + 1  # the cached environment: nothing downloaded a second time
+    assert _downloads(log) == fetched  # the cached environment: nothing downloaded a second time
 
     # A failure in the package is annotated at the package's line, though the job imported it from its own copy.
     broke = commit_file(widgets, "broke", "widgets/__init__.py",

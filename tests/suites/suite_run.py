@@ -61,10 +61,12 @@ def run_suite(
     timeout: int = 300,
     plant: str | None = None,
     extra_env: dict[str, str] | None = None,
+    deps: Path | None = None,
 ) -> SuiteRun:
     """``python -m pytest suites/<suite> -k <selection>`` on cpu from a scratch directory, optionally with ``-p
     plugin`` loaded (a planted bug; ``plant`` names a module of tests.suites.planted). Inductor's cache directory is
-    inherited, so warm runs stay fast."""
+    inherited, so warm runs stay fast. ``deps``: a site directory from the install phase, which the job's in-job
+    install step puts on the path (service/jobs/install_step.py), as for a repository with [install] requirements."""
     if plant:
         plugin = f"tests.suites.planted.{plant}"
     junit = workdir / "junit.xml"
@@ -84,6 +86,10 @@ def run_suite(
         "junit_family=xunit1",
     ]
     command += ["-k", selection, f"--junitxml={junit}"] + (["-p", plugin] if plugin else [])
+    if deps is not None:
+        from service.jobs import install
+
+        command = install.wrap(command, sys.executable, Path(env.get("COMPILE_CI_CHECKOUT", workdir)), deps, False)
     try:
         proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:

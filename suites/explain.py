@@ -1,0 +1,160 @@
+"""What a red declared-model test leaves behind so that it explains itself: how its tolerance was derived, a script
+that runs torch's own minifier on the model (`minify.py`), and for a crash in inductor's generated code the module
+that crashed (`crashed_graph.py`, runnable on its own) with the failing line.
+
+Files go beside the test's other artifacts (`$COMPILE_CI_OUTPUT_DIR/tests/<sanitised node id>/`); without that
+variable nothing is written and the failure says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pprint
+import shutil
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from torch import nn
+
+from .batch_statistics import NO_NOISE, Noise, measure_noise
+from .judging import RMSE_FLOOR, TOLERANCE_MULTIPLIER, differences_from_reference, fail_on_differences
+from .module_runs import ModuleRun
+from .naming import sanitise_nodeid
+from .targets import DeclaredModel
+
+OUTPUT_ENV = "COMPILE_CI_OUTPUT_DIR"
+SUITES_RULE = (
+    f"tolerance: the suites' rule, per tensor: compiled RMSE vs the fp64 reference ≤ {TOLERANCE_MULTIPLIER:g} x "
+    f"eager's + {RMSE_FLOOR:g} (the fp64 reference is an fp64 copy of the model run on the upcast inputs)"
+)
+_MINIFY = Path(__file__).with_name("minify_template.py").read_text()
+# Inductor writes a graph's code under its cache directory as <2 chars>/c<hash>.py and imports it from there.
+_GENERATED_MARKERS = ("torchinductor", "inductor")
+
+
+@dataclass(frozen=True)
+class Subject:
+    """The declared model a test runs, and the test: what its explanation files are about and named after."""
+
+    nodeid: str
+    model: DeclaredModel
+    device: str
+
+
+def artifact_dir(nodeid: str) -> Path | None:
+    output = os.environ.get(OUTPUT_ENV)
+    return Path(output) / "tests" / sanitise_nodeid(nodeid) if output else None
+
+
+def _write(nodeid: str, name: str, text: str) -> str:
+    directory = artifact_dir(nodeid)
+    if directory is None:
+        return f"(not kept: {OUTPUT_ENV} is unset)"
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / name).write_text(text)
+    return f"{name} beside this test's artifacts"
+
+
+def forget(nodeid: str) -> None:
+    """Remove what an earlier attempt of this test left (an in-job rerun that passes must not keep it)."""
+    directory = artifact_dir(nodeid)
+    for name in ("minify.py", "crashed_graph.py"):
+        if directory is not None:
+            (directory / name).unlink(missing_ok=True)
+
+
+def minify_script(nodeid: str, model: DeclaredModel, *, device: str, backward: bool, crash: bool) -> str:
+    """A standalone script: rebuild the declared model from a clone, run the compiled step under torch's repro
+    settings and run the minifier launcher torch writes. Accuracy: after AOT, then after dynamo, level 4 (after AOT,
+    inductor's decompositions are already in the graph both sides run, so a bug there shows only after dynamo).
+    Crash: after AOT, level 2 (the graph whose generated code raised)."""
+    settings = {
+        "nodeid": nodeid, "spec": model.spec, "name": model.name, "device": device, "backward": backward,
+        "attempts": [("aot", 2)] if crash else [("aot", 4), ("dynamo", 4)], "what": "crash" if crash else "accuracy",
+    }
+    return _MINIFY.replace("SETTINGS = {}", f"SETTINGS = {pprint.pformat(settings, sort_dicts=False)}", 1)
+
+
+def _minify_note(subject: Subject, *, backward: bool, crash: bool) -> str:
+    script = minify_script(subject.nodeid, subject.model, device=subject.device, backward=backward, crash=crash)
+    where = _write(subject.nodeid, "minify.py", script)
+    how = "TORCHDYNAMO_REPRO_AFTER=aot, TORCHDYNAMO_REPRO_LEVEL=2" if crash else (
+        "TORCHDYNAMO_REPRO_AFTER=aot then dynamo, TORCHDYNAMO_REPRO_LEVEL=4")
+    return (
+        f"minimised repro: {where}: `python minify.py [CLONE]` rebuilds {subject.model.name!r} from the clone and "
+        f"runs torch's minifier ({how}) down to the smallest failing graph"
+    )
+
+
+def _differences(compiled: ModuleRun, eager: ModuleRun, fp64: ModuleRun, backward: bool, noise: Noise) -> list[str]:
+    problems = differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs, noise=noise)
+    if backward:
+        problems += differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad", noise=noise)
+    return problems
+
+
+def judge_step(
+    compiled: ModuleRun, eager: ModuleRun, fp64: ModuleRun, *, pristine: nn.Module, inputs: tuple[Any, ...],
+    backward: bool, subject: Subject | None = None,
+) -> None:
+    """Judge a step's outputs (and gradients) against the fp64 reference and fail explained. Only when the suites'
+    rule fails and ``pristine`` (the model before the step) normalises with batch statistics is each tensor's
+    float32 noise measured (batch_statistics.py) and the step judged again with that derived allowance."""
+    problems, noise = _differences(compiled, eager, fp64, backward, NO_NOISE), NO_NOISE
+    if problems:
+        noise = measure_noise(pristine, inputs, fp64, backward=backward)
+        if noise:
+            problems = _differences(compiled, eager, fp64, backward, noise)
+    if not problems:
+        return
+    notes = [f"tolerance: {noise.derivation}" if noise else SUITES_RULE]
+    if subject is not None:
+        notes.append(_minify_note(subject, backward=backward, crash=False))
+    fail_on_differences(problems, tuple(notes))
+
+
+def _generated_frame(exc: BaseException) -> traceback.FrameSummary | None:
+    """The innermost traceback frame in a module inductor generated (its cache path and its `call` wrapper)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    for frame in reversed(frames):
+        path = Path(frame.filename)
+        if path.suffix == ".py" and path.name.startswith("c") and any(m in str(path) for m in _GENERATED_MARKERS):
+            return frame
+    return None
+
+
+@contextlib.contextmanager
+def crash_in_generated_code(subject: Subject | None, *, backward: bool) -> Iterator[None]:
+    """Around a compiled run: an exception raised inside inductor's generated code fails the test naming the
+    kernel's line, keeping the generated module (standalone: it runs itself on random inputs) and minify.py."""
+    try:
+        yield
+    except Exception as exc:
+        frame = _generated_frame(exc)
+        if frame is None or subject is None:
+            raise
+        lines = _crash_lines(exc, frame, subject, backward)
+    else:
+        return
+    pytest.fail("\n".join(lines), pytrace=False)  # outside the except: the crash is told once, not as a chain
+
+
+def _crash_lines(exc: Exception, frame: traceback.FrameSummary, subject: Subject, backward: bool) -> list[str]:
+    kept = "(not kept)"
+    directory = artifact_dir(subject.nodeid)
+    if directory is not None and os.path.isfile(frame.filename):
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(frame.filename, directory / "crashed_graph.py")
+        kept = "crashed_graph.py beside this test's artifacts"
+    return [
+        f"crash in inductor's generated code: {type(exc).__name__}: {exc}",
+        f"  at line {frame.lineno} of the generated module, in {frame.name}: {(frame.line or '').strip()}",
+        f"the generated module: {kept} (also among this test's output_code_*.py); `python crashed_graph.py` "
+        f"runs it on random inputs of the recorded shapes, needing only torch",
+        _minify_note(subject, backward=backward, crash=True),
+    ]

@@ -1,0 +1,1 @@
+"""Real architectures from torchvision, timm and transformers in small configurations, random weights."""
