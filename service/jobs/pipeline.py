@@ -16,7 +16,7 @@ from pathlib import Path
 
 from runners.compile_cache import CacheScope, trust_class
 from runners.protocol import RunResult, RunSpec
-from service.jobs import install, lifecycle
+from service.jobs import install, lifecycle, torch_matrix
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
@@ -104,6 +104,7 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
     try:
         try:
             _enough_space(ctx.settings.artifacts_dir, ctx.settings.output_mb)
+            torch_matrix.check_runner(ctx.runner, job, ctx.settings)  # the job's torch, or an infrastructure error
             mirror = ctx.fetch(run)
             # A base run runs its head's config at the base sha (service/jobs/base_runs.py).
             text = (run.config_text or None) if run.trigger == "base" else ctx.checkout.read_file(

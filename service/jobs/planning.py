@@ -15,6 +15,13 @@ class PlannedJob:
     timeout_s: int
     # Set when the job completes without running: the deployment has no runner for its device.
     skip_reason: str | None = None
+    torch: str = ""  # a version other than the deployment's default (service/jobs/torch_matrix.py)
+    advisory: bool = False  # that version is advisory: never red
+
+    @property
+    def runner(self) -> str:
+        """The runner it needs, in words: `cpu runner`, `cpu runner for torch 2.14`."""
+        return f"{self.device} runner for torch {self.torch}" if self.torch else f"{self.device} runner"
 
 
 def builtin_suites(suites_dir: Path) -> tuple[str, ...]:

@@ -8,10 +8,20 @@ from flask import Blueprint
 from flask.blueprints import BlueprintSetupState
 from werkzeug.wrappers import Response
 
-from service.web.browser import access, code_compare, jobs, log_pages, runs, status, test_history, testcase
+from service.web.browser import (
+    access,
+    canary,
+    code_compare,
+    jobs,
+    log_pages,
+    runs,
+    status,
+    test_history,
+    testcase,
+)
 
 blueprint = Blueprint("pages", __name__)
-for feature in (access, runs, jobs, log_pages, testcase, code_compare, status, test_history):
+for feature in (access, runs, jobs, log_pages, testcase, code_compare, status, test_history, canary):
     blueprint.register_blueprint(feature.blueprint)
 
 
