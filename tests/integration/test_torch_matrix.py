@@ -15,28 +15,31 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from celery.contrib.testing.worker import start_worker
 
-from service.celery_app import START_CANARIES, create_celery, workers_by_queue
+from service.celery_app import PLAN_RUN, START_CANARIES, create_celery, workers_by_queue
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, push_event, signed
 from service.devkit.sandbox.sample_repo import commit_file
 from service.devkit.sandbox.stack import INSTALLATION_ID
-from service.jobs.tasks import create_worker_celery
-from service.store import Store
+from service.jobs import canary, lifecycle
+from service.jobs.tasks import build_context, create_worker_celery
+from service.store import Job, NewRun, Store, utcnow
 from service.web.app import create_app
 from tests.conftest import make_settings, settings_env
+from tests.rows import force_run
 
 ROOT = Path(__file__).resolve().parents[2]
 NEXT_PYTHON = ROOT / ".venv-torch2.14" / "bin" / "python"
 MATRIX_ENV = {"COMPILE_CI_TORCH_VERSIONS": "2.13, 2.14 advisory"}
-FULL_NAME, CANARY_REPO, OPTED_OUT = "octo/matrix", "octo/tuned", "octo/quiet"
+FULL_NAME, REPO_ID = "octo/matrix", 4301
 OWN_TESTS = '''
 import torch
 
@@ -65,7 +68,6 @@ def test_helper_traced_nonstrictly():
 CONFIG = '[suites]\nrun = ["repo"]\nrepo_tests = ["tests"]\ndevices = ["cpu"]\n'
 SCATTER = "tests/test_torch_api.py::test_scatter_under_our_inductor_tuning"
 NONSTRICT = "tests/test_torch_api.py::test_helper_traced_nonstrictly"
-REPO_IDS = {FULL_NAME: 4301, CANARY_REPO: 4302, OPTED_OUT: 4303}
 
 
 def make_repo(tmp_path: Path, full_name: str, config: str) -> Path:
@@ -88,9 +90,8 @@ def workers(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: 
     """The default version's worker (cpu, github; embedded) and the 2.14 worker: a worker process of its own, as
     `compile-ci worker --queues cpu --torch 2.14` starts it, whose LocalRunner runs `.venv-torch2.14`'s python."""
     assert NEXT_PYTHON.exists(), "scripts/setup.sh makes .venv-torch2.14 (torch 2.14.1) for this test"
-    for name in REPO_IDS:
-        emulator.add_repo(name)
-    emulator.add_installation(INSTALLATION_ID, repos=list(REPO_IDS))
+    emulator.add_repo(FULL_NAME)
+    emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPILE_CI_")}
     env.update(settings_env(tmp_path, redis_url, emulator.url, app_keys[0], **MATRIX_ENV,
                             COMPILE_CI_WORKER_TORCH="2.14", COMPILE_CI_RUNNER_PYTHON=str(NEXT_PYTHON)))
@@ -129,28 +130,38 @@ def deliver(settings: Settings, event: str, payload: dict[str, Any]) -> None:
     assert response.status_code == 202, response.json
 
 
-def await_completed(emulator: GitHubEmulator, full_name: str, sha: str, count: int,
-                    timeout_s: float = 420) -> dict[str, dict[str, Any]]:
+def await_completed(emulator: GitHubEmulator, sha: str, count: int, timeout_s: float = 420) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
-        runs = [r for r in emulator.check_runs(full_name) if r["head_sha"] == sha]
+        runs = [r for r in emulator.check_runs(FULL_NAME) if r["head_sha"] == sha]
         if len(runs) >= count and all(r["status"] == "completed" for r in runs):
             return {r["name"]: r for r in runs}
-        assert time.monotonic() < deadline, f"check runs of {full_name}@{sha[:12]} never completed: {runs}"
+        assert time.monotonic() < deadline, f"check runs of {sha[:12]} never completed: {runs}"
         time.sleep(0.2)
 
 
-def test_one_suite_on_two_torch_versions_each_failure_on_its_own_check_run(
+def test_one_suite_on_two_torch_versions_each_failure_on_its_own_check_run_and_the_canary(
     tmp_path: Path, matrix_settings: Settings, workers: None, emulator: GitHubEmulator
 ) -> None:
-    repo = make_repo(tmp_path, FULL_NAME, CONFIG + 'torch = ["2.13", "2.14"]\n')
-    sha = commit_file(repo, "pr1", "notes.md", "hello\n", "docs")
+    # The default branch runs the default torch only; pull request #1 adds 2.14 to the repository's matrix.
+    repo = make_repo(tmp_path, FULL_NAME, CONFIG)
+    main = commit_file(repo, "main", "notes.md", "main\n", "docs")
+    pr = commit_file(repo, "pr1", ".compile-ci.toml", CONFIG + 'torch = ["2.13", "2.14"]\n', "also on torch 2.14")
+    deliver(matrix_settings, "push", push_event(
+        full_name=FULL_NAME, repo_id=REPO_ID, installation_id=INSTALLATION_ID,
+        clone_url=f"https://github.com/{FULL_NAME}.git", branch="main", before="0" * 40, after=main))
     deliver(matrix_settings, "pull_request", pull_request_event(
-        "opened", full_name=FULL_NAME, repo_id=REPO_IDS[FULL_NAME], installation_id=INSTALLATION_ID,
-        clone_url=f"https://github.com/{FULL_NAME}.git", number=1, head_sha=sha, head_ref="pr1", base_sha="0" * 40))
-    checks = await_completed(emulator, FULL_NAME, sha, 2)
-    assert sorted(checks) == ["repo (cpu)", "repo (cpu, torch 2.14)"]  # the default's name is unchanged
+        "opened", full_name=FULL_NAME, repo_id=REPO_ID, installation_id=INSTALLATION_ID,
+        clone_url=f"https://github.com/{FULL_NAME}.git", number=1, head_sha=pr, head_ref="pr1", base_sha="0" * 40))
+    store = Store(matrix_settings.database_url)
+    await_true(lambda: any(r.trigger == "push" and r.state == "planned" for r in store.recent_runs(5)), "push planned")
+    # What beat sends once a day (sent twice here: it still starts one canary per repository and day).
+    sender = create_celery(matrix_settings)
+    for _ in range(2):
+        sender.send_task(START_CANARIES, queue="github")
 
+    checks = await_completed(emulator, pr, 2)
+    assert sorted(checks) == ["repo (cpu)", "repo (cpu, torch 2.14)"]  # the default's name is unchanged
     default, advisory = checks["repo (cpu)"], checks["repo (cpu, torch 2.14)"]
     # 2.13: the API 2.14 added is missing. Red: the default version is the one pull requests answer to.
     assert (default["conclusion"], default["output"]["title"]) == ("failure", "1 failed, 1 passed")
@@ -166,49 +177,66 @@ def test_one_suite_on_two_torch_versions_each_failure_on_its_own_check_run(
     # The default version's job id is what it always was; the other one names its version.
     assert advisory["external_id"] == default["external_id"] + "-torch2.14"
 
+    # The canary: the default branch, which never asked for 2.14, on 2.14; nothing of it on GitHub.
+    def canary_jobs() -> list[Job]:
+        return [j for r in store.recent_runs(10) if r.trigger == "canary" for j in store.jobs_of(r.id)]
+
+    await_true(lambda: bool(canary_jobs()) and all(j.state == "completed" for j in canary_jobs()), "canary done")
+    (job,) = canary_jobs()
+    assert (job.check_name, job.torch, job.torch_advisory, store.get_run(job.run_id).head_sha) == (
+        "repo (cpu, torch 2.14)", "2.14", 1, main)
+    assert job.torch_version.startswith("2.14.1")
+    assert sorted(r["name"] for r in emulator.check_runs(FULL_NAME) if r["head_sha"] == main) == ["repo (cpu)"]
+
     client = create_app(matrix_settings).test_client()
+    canary = client.get("/canary").get_data(as_text=True)
+    assert FULL_NAME in canary and "1 new failure" in canary and f"/jobs/{job.id}/tests/" in canary
+    assert SCATTER in canary and NONSTRICT not in canary  # fixed on 2.14 is not something it breaks
+    assert "canary-ratio" in canary  # compile time on 2.14 ÷ 2.13, from the test both compiled
     page = client.get(f"/jobs/{advisory['external_id']}").get_data(as_text=True)
     assert "repo (cpu, torch 2.14)" in page and "2.14.1" in page
     status = client.get("/status").get_data(as_text=True)
     assert "cpu-torch2.14" in status and "advisory" in status
 
 
-def test_the_canary_runs_each_default_branch_on_the_advisory_torch_and_lists_what_it_breaks(
-    tmp_path: Path, matrix_settings: Settings, workers: None, emulator: GitHubEmulator
+def await_true(condition: Callable[[], bool], what: str, timeout_s: float = 420) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.2)
+
+
+def test_the_daily_canary_starts_one_run_per_repository_and_day_and_leaves_out_who_opted_out(
+    tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: tuple[str, str]
 ) -> None:
-    # Neither repository asks for 2.14: the canary is what tells them about it.
-    shas = {}
-    for name, extra in ((CANARY_REPO, ""), (OPTED_OUT, "[canary]\nenabled = false\n")):
-        repo = make_repo(tmp_path, name, CONFIG + extra)
-        shas[name] = subprocess.run(["git", "-C", str(repo), "rev-parse", "main"], check=True, capture_output=True,
-                                    text=True).stdout.strip()
-        deliver(matrix_settings, "push", push_event(
-            full_name=name, repo_id=REPO_IDS[name], installation_id=INSTALLATION_ID,
-            clone_url=f"https://github.com/{name}.git", branch="main", before="0" * 40, after=shas[name]))
-    for name in REPO_IDS.keys() - {FULL_NAME}:
-        assert sorted(await_completed(emulator, name, shas[name], 1)) == ["repo (cpu)"]
+    """Which default branches the beat's task starts, through the real store and broker (no worker needed)."""
+    settings = make_settings(tmp_path, redis_url, emulator.url, app_keys[0], **MATRIX_ENV)
+    ctx = build_context(settings, create_celery(settings))
+    pushes = {"octo/plain": "", "octo/quiet": "[canary]\nenabled = false\n", "octo/broken": "[suites]\nrun = 3\n",
+              "octo/gone": ""}
+    for number, (name, config) in enumerate(pushes.items()):
+        for age, sha in ((1, f"{number:x}" * 40), (0, f"{number + 8:x}" * 40)):  # its last push is what runs
+            run, _ = ctx.store.create_run_if_absent(NewRun(name, 5000 + number, INSTALLATION_ID, f"https://x/{name}.git",
+                                                           False, "push", "refs/heads/main", None, "main", sha, "me"))
+            ctx.store.record_config(run.id, config)
+            lifecycle.plan(ctx.store, run, [], "invalid" if "= 3" in config else None)
+            force_run(ctx.store, run.id, created_at=utcnow() - timedelta(hours=age))
+    ctx.store.set_installed("octo/gone", INSTALLATION_ID, False)
 
-    # What beat sends once a day; sent twice, it still starts one canary per repository.
-    sender = create_celery(matrix_settings)
-    for _ in range(2):
-        sender.send_task(START_CANARIES, queue="github")
-    store = Store(matrix_settings.database_url)
-    deadline = time.monotonic() + 420
-    while True:
-        canaries = [r for r in store.recent_runs(20) if r.trigger == "canary"]
-        jobs = [j for run in canaries for j in store.jobs_of(run.id)]
-        if jobs and all(j.state == "completed" for j in jobs):
-            break
-        assert time.monotonic() < deadline, f"the canary never finished: {jobs}"
-        time.sleep(0.5)
-    assert [(r.repo_full_name, r.head_sha) for r in canaries] == [(CANARY_REPO, shas[CANARY_REPO])]
-    assert [(j.check_name, j.torch, j.torch_advisory) for j in jobs] == [("repo (cpu, torch 2.14)", "2.14", 1)]
-    assert jobs[0].torch_version.startswith("2.14.1")
-    # Internal: nothing on GitHub beyond the push's own check run.
-    assert len(emulator.check_runs(CANARY_REPO)) == 1
-
-    page = create_app(matrix_settings).test_client().get("/canary").get_data(as_text=True)
-    assert CANARY_REPO in page and OPTED_OUT not in page
-    assert "1 new failure" in page and f"/jobs/{jobs[0].id}/tests/" in page
-    assert SCATTER in page and NONSTRICT not in page  # fixed on 2.14 is not something it breaks
-    assert "canary-ratio" in page  # compile time on 2.14 ÷ 2.13, from the test both compiled
+    said = canary.start_canaries(ctx, date(2026, 11, 26))
+    started = [r for r in ctx.store.recent_runs(20) if r.trigger == "canary"]
+    assert [(r.repo_full_name, r.head_sha, r.branch) for r in started] == [("octo/plain", "8" * 40, "main")]
+    assert said == ["octo/broken: no canary (its .compile-ci.toml is invalid at its last push)",
+                    "octo/gone: no canary (the App was removed from it)",
+                    f"octo/plain: canary {started[0].id} on torch 2.14 at {'8' * 12}",
+                    "octo/quiet: no canary (opted out: [canary] enabled = false)"]
+    # The beat firing again the same day starts nothing; the next day is a new canary.
+    again = canary.start_canaries(ctx, date(2026, 11, 26))
+    assert "(already started today)" in " ".join(again)
+    canary.start_canaries(ctx, date(2026, 11, 27))
+    assert len([r for r in ctx.store.recent_runs(20) if r.trigger == "canary"]) == 2
+    planned = [args[0] for task, args in ctx.claims.pending_tasks(("github",)) if task == PLAN_RUN]
+    assert sorted(planned) == sorted(r.id for r in ctx.store.recent_runs(20) if r.trigger == "canary")
+    # A deployment without an advisory version has no canary to run.
+    plain = make_settings(tmp_path, redis_url, emulator.url, app_keys[0])
+    assert canary.start_canaries(build_context(plain, create_celery(plain))) == []
