@@ -81,11 +81,8 @@ class DockerRunner:
 
     def cache_key(self, device: str) -> str:
         """Compile caches are only valid for one (image, torch version): a new torch starts a fresh cache."""
-        image = self.images[device]
-        torch = self.torch_version(device)
-        if not torch:
-            return f"docker-{slug(image)}"  # the job will report the missing image itself
-        return f"docker-{slug(image)}-torch{torch}"
+        torch = self.torch_version(device)  # "": the job will report the missing image itself
+        return f"docker-{slug(self.images[device])}" + (f"-torch{torch}" if torch else "")
 
     def torch_version(self, device: str) -> str:
         """The image's `org.compile-ci.torch-version` label ("unknown" without one; "" without the image)."""

@@ -19,7 +19,7 @@ import time
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 IMAGES_DIR = Path(__file__).parent
@@ -45,40 +45,6 @@ class ImageRecipe:
     # must come from the index, with its CUDA libraries, so its download ignores them.
     host_find_links: bool = True
     build_args: tuple[tuple[str, str], ...] = ()  # e.g. TORCH_VERSION for an image of another torch
-
-
-RUNNER_IMAGES = ("cpu", "cuda")
-_EXACT = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+(?:(?:a|b|rc)[0-9]+)?")
-_SERIES = re.compile(r"([0-9]+\.[0-9]+)\.x")
-
-
-def torch_recipe(recipe: ImageRecipe, version: str) -> ImageRecipe:
-    """A runner recipe on another torch (`2.14.1`, `2.15.0rc1`): tagged `torch<major.minor>`, its wheels cached apart,
-    the version in its `org.compile-ci.torch-version` label (which keys its compile caches)."""
-    series = ".".join(version.split(".")[:2])
-    name_part, _, _tag = recipe.tag.rpartition(":")
-    requirements = (f"torch=={version}", *(r for r in recipe.requirements if not r.startswith("torch==")))
-    return replace(recipe, name=f"{recipe.name}-torch{series}", tag=f"{name_part}:torch{series}",
-                   requirements=requirements, build_args=(("TORCH_VERSION", version),))
-
-
-def resolve_torch(spec: str, available: list[str] | None = None) -> str:
-    """`2.14.1` as it is; `2.14.x`: the newest 2.14 release the host's package index has (no local `+cpu` labels,
-    no pre-releases: a release candidate is named exactly)."""
-    if _EXACT.fullmatch(spec):
-        return spec
-    series = _SERIES.fullmatch(spec)
-    if series is None:
-        raise ImageBuildError(f"--torch {spec!r}: expected a version (2.14.1, 2.15.0rc1) or a series (2.14.x)")
-    if available is None:
-        listed = subprocess.run([sys.executable, "-m", "pip", "index", "versions", "torch"], capture_output=True,
-                                text=True).stdout
-        found = re.search(r"Available versions: (.*)", listed)
-        available = [v.strip() for v in found.group(1).split(",")] if found else []
-    releases = [v for v in available if re.fullmatch(rf"{re.escape(series.group(1))}\.[0-9]+", v)]
-    if not releases:
-        raise ImageBuildError(f"--torch {spec}: the package index has no torch {series.group(1)} release")
-    return max(releases, key=lambda v: int(v.rsplit(".", 1)[1]))
 
 
 def recipes() -> dict[str, ImageRecipe]:
@@ -114,6 +80,8 @@ def build_images(names: list[str], local_base: bool, rebuild_base: bool = False,
             build_local_base(LOCAL_BASE)
             timings[LOCAL_BASE] = time.monotonic() - started
         base_args = {"BASE_IMAGE": LOCAL_BASE, "PIP_INSTALL_OPTS": "--no-index"}
+    from runners.images.torch_release import RUNNER_IMAGES, resolve_torch, torch_recipe
+
     table = recipes()
     version = resolve_torch(torch) if torch else ""
     for name in names:

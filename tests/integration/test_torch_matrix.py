@@ -195,6 +195,8 @@ def test_one_suite_on_two_torch_versions_each_failure_on_its_own_check_run_and_t
     assert "canary-ratio" in canary  # compile time on 2.14 ÷ 2.13, from the test both compiled
     page = client.get(f"/jobs/{advisory['external_id']}").get_data(as_text=True)
     assert "repo (cpu, torch 2.14)" in page and "2.14.1" in page
+    grid = client.get(f"/runs/{default['external_id'].split('-')[0]}").get_data(as_text=True)
+    assert "<th>cpu, torch 2.14</th>" in grid and f"/jobs/{default['external_id']}" in grid
     status = client.get("/status").get_data(as_text=True)
     assert "cpu-torch2.14" in status and "advisory" in status
 

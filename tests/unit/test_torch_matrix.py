@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runners.images import ImageBuildError, recipes, resolve_torch, torch_recipe
+from runners.images import ImageBuildError, recipes
+from runners.images.torch_release import resolve_torch, torch_recipe
 from runners.local import LocalRunner
 from service.compare.canary_diff import compare_canary
 from service.compare.job_verdict import job_verdict
