@@ -4,6 +4,7 @@ versions (real interpreters) and the image recipes of another torch."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -214,3 +215,15 @@ def test_worker_images_and_image_recipes_of_another_torch() -> None:
     assert resolve_torch("2.15.0rc1") == "2.15.0rc1"
     with pytest.raises(ImageBuildError, match="has no torch 2.16 release"):
         resolve_torch("2.16.x", ["2.15.0"])
+
+
+def test_a_worker_started_for_a_version_consumes_that_versions_queues(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.cli import _worker_queues
+
+    monkeypatch.setenv("COMPILE_CI_WORKER_TORCH", "")  # so that what the worker command sets is undone after
+    assert _worker_queues(MATRIX, ["cpu", "github"], "") == ["cpu", "github"]
+    assert _worker_queues(MATRIX, ["cpu", "cuda", "github"], "2.14") == ["cpu-torch2.14", "cuda-torch2.14", "github"]
+    assert os.environ["COMPILE_CI_WORKER_TORCH"] == "2.14"  # what the worker's runner is chosen by
+    assert _worker_queues(MATRIX, ["cpu"], "2.13") == ["cpu"]  # the default's queues are the plain ones
+    with pytest.raises(SystemExit, match=r"--torch 2.15 is not one of COMPILE_CI_TORCH_VERSIONS \(2.13, 2.14\)"):
+        _worker_queues(MATRIX, ["cpu"], "2.15")
