@@ -1,6 +1,7 @@
 """One suite on two torch versions through the service: a deployment with torch 2.13 (its default) and 2.14 (advisory),
-a worker per version (LocalRunner: the shared .venv's 2.13.0 and `.venv-torch2.14`'s 2.14.1, made by scripts/setup.sh),
-webhook -> Celery -> runner -> the emulator's check runs; and the daily canary of a default branch on 2.14.
+a worker per version (LocalRunner: the shared .venv's 2.13.0 and `.venv-torch2.14`'s 2.14.1, which
+scripts/next-torch.sh makes), webhook -> Celery -> runner -> the emulator's check runs; and the daily canary of a
+default branch on 2.14.
 
 The repository's own tests fail on one version each for a real reason, an API that moved between the releases:
 it tunes `torch._inductor.config.partitioned_scatter_memory_budget`, which 2.14 removed, and uses
@@ -89,7 +90,7 @@ def workers(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: 
             matrix_settings: Settings) -> Iterator[None]:
     """The default version's worker (cpu, github; embedded) and the 2.14 worker: a worker process of its own, as
     `compile-ci worker --queues cpu --torch 2.14` starts it, whose LocalRunner runs `.venv-torch2.14`'s python."""
-    assert NEXT_PYTHON.exists(), "scripts/setup.sh makes .venv-torch2.14 (torch 2.14.1) for this test"
+    assert NEXT_PYTHON.exists(), "scripts/next-torch.sh (run by scripts/test.sh) makes .venv-torch2.14"
     emulator.add_repo(FULL_NAME)
     emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPILE_CI_")}

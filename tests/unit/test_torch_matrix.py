@@ -196,7 +196,7 @@ def test_runners_name_their_torch_and_a_job_of_another_torch_is_refused() -> Non
         torch_matrix.check_runner(default, job, MATRIX)
     torch_matrix.check_runner(default, Job(id="r-repo-cpu", run_id="r", suite="repo", device="cpu", torch=""), MATRIX)
     # Two venvs' interpreters are both `python`: their compile caches are told apart by their torch.
-    assert NEXT_PYTHON.exists(), "scripts/setup.sh makes .venv-torch2.14"
+    assert NEXT_PYTHON.exists(), "scripts/next-torch.sh (run by scripts/test.sh) makes .venv-torch2.14"
     other = LocalRunner(str(NEXT_PYTHON))
     assert other.cache_key("cpu") != default.cache_key("cpu") and "torch2.14.1" in other.cache_key("cpu")
     torch_matrix.check_runner(other, job, MATRIX)
