@@ -81,14 +81,19 @@ class DockerRunner:
 
     def cache_key(self, device: str) -> str:
         """Compile caches are only valid for one (image, torch version): a new torch starts a fresh cache."""
+        torch = self.torch_version(device)  # "": the job will report the missing image itself
+        return f"docker-{slug(self.images[device])}" + (f"-torch{torch}" if torch else "")
+
+    def torch_version(self, device: str) -> str:
+        """The image's `org.compile-ci.torch-version` label ("unknown" without one; "" without the image)."""
         image = self.images[device]
         if image not in self._torch_versions:
             try:
                 labels = self.client.images.get(image).labels or {}
                 self._torch_versions[image] = labels.get("org.compile-ci.torch-version", "unknown")
             except docker.errors.DockerException:
-                return f"docker-{slug(image)}"  # the job will report the missing image itself
-        return f"docker-{slug(image)}-torch{self._torch_versions[image]}"
+                return ""
+        return self._torch_versions[image]
 
     def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult:
         start = time.monotonic()

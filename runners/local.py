@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from runners.compile_cache import JobCache, open_job_cache, process_alive
+from runners.compile_cache import JobCache, open_job_cache, process_alive, slug
 from runners.gpus import gpu_job_env, visible_devices
 from runners.job_log import LogSink
 from runners.outbox import (
@@ -52,9 +52,23 @@ class LocalRunner:
     def __init__(self, python: str = "", gpus: tuple[str, ...] = ()) -> None:
         self.python = python or sys.executable
         self.gpus = gpus  # COMPILE_CI_GPUS: what a cuda job may see (empty: every GPU of the host)
+        self._torch: str | None = None
 
     def cache_key(self, device: str) -> str:
-        return f"local-{Path(self.python).name}"
+        # Every venv's interpreter is called `python`: its torch tells two venvs' caches apart.
+        return slug(f"local-{Path(self.python).name}-torch{self.torch_version(device) or 'unknown'}")
+
+    def torch_version(self, device: str) -> str:
+        """Read from the interpreter's installed metadata once (milliseconds: torch itself is not imported)."""
+        if self._torch is None:
+            try:
+                probe = "import importlib.metadata as m; print(m.version('torch'))"
+                done = subprocess.run([self.python, "-c", probe], capture_output=True, text=True, timeout=60,
+                                      env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+                self._torch = done.stdout.strip() if done.returncode == 0 else ""
+            except (OSError, subprocess.TimeoutExpired):
+                self._torch = ""
+        return self._torch
 
     def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult:
         spec.output_dir.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup.sh || exit 1
+bash scripts/next-torch.sh || exit 1
 set +e
 .venv/bin/ruff check service runners suites tests bench || exit 1
 .venv/bin/python -m pytest "$@"

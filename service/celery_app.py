@@ -1,16 +1,21 @@
-"""The Celery app: Redis broker, queues cpu / cuda / cuda2 / github, late acks, JSON, one message at a time."""
+"""The Celery app: Redis broker, queues cpu / cuda / cuda2 / github (and cpu-torch2.14 ... per further torch
+version), late acks, JSON, one message at a time."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 from celery import Celery
+from celery.schedules import crontab
 from kombu import Queue
 
 from service.config import Settings
+from service.torch_versions import device_queues, queue_for, torch_of_job_id
 
 # cuda2: cuda jobs of suites that need two GPUs of one host (service.jobs.planning.job_queue), for workers given two.
+_SHARD_SUFFIX = re.compile(r"-a[0-9]+s[0-9]+$")  # service.store.shard_id_for
 QUEUES = ("cpu", "cuda", "cuda2", "github")
 # kombu's Redis transport keeps one list per priority step (0, 3, 6, 9) and takes from the lowest number first:
 # a job whose worker died goes first, then jobs whose message was lost (they had their place in line), then the rest,
@@ -22,6 +27,12 @@ RUN_SHARD = "compile_ci.run_shard"
 REPORT_JOB = "compile_ci.report_job"
 HANDLE_COMMENT = "compile_ci.handle_comment"
 REAP_JOBS = "compile_ci.reap_jobs"
+START_CANARIES = "compile_ci.start_canaries"
+
+
+def all_queues(settings: Settings) -> tuple[str, ...]:
+    """QUEUES and the job queues of the deployment's further torch versions (`cpu-torch2.14`, ...)."""
+    return tuple(dict.fromkeys((*QUEUES, *device_queues(("cpu", "cuda", "cuda2"), settings.torch_versions))))
 
 
 def create_celery(settings: Settings) -> Celery:
@@ -37,12 +48,16 @@ def create_celery(settings: Settings) -> Celery:
         worker_prefetch_multiplier=1,
         broker_transport_options={"visibility_timeout": settings.visibility_timeout_seconds},
         broker_connection_retry_on_startup=True,
-        task_queues=[Queue(name) for name in QUEUES],
+        task_queues=[Queue(name) for name in all_queues(settings)],
         task_default_queue="github",
         worker_hijack_root_logger=False,
         # `compile-ci beat` (or a worker started with --beat) sends this; the github workers run it.
         beat_schedule={"reap-jobs": {"task": REAP_JOBS, "schedule": float(settings.reaper_interval_seconds),
-                                     "options": {"queue": "github", "expires": settings.reaper_interval_seconds}}},
+                                     "options": {"queue": "github", "expires": settings.reaper_interval_seconds}},
+                       # Every installed repository's default branch on the advisory torch (service/jobs/canary.py).
+                       "torch-canary": {"task": START_CANARIES,
+                                        "schedule": crontab(minute=0, hour=settings.canary_hour),
+                                        "options": {"queue": "github", "expires": 3600}}},
         beat_schedule_filename=str(settings.data_dir / "celerybeat-schedule"),
     )
     return app
@@ -117,12 +132,14 @@ class CeleryQueue:
         """`first`: ahead of every job waiting (it had started and lost its worker); `again`: ahead of the jobs
         queued normally (its message was lost, not its place in line); `low`: behind them all (a base run)."""
         priority = FIRST if first else AGAIN if again else LOW if low else NORMAL
-        self._app.send_task(RUN_JOB, args=[job_id], queue=queue, priority=priority)
+        # The job id names its torch version (none: the default), and only that version's workers may run it.
+        self._app.send_task(RUN_JOB, args=[job_id], queue=queue_for(queue, torch_of_job_id(job_id)), priority=priority)
 
     def run_shard(self, shard_id: str, device: str, *, first: bool = False, low: bool = False) -> None:
-        """One shard of a sharded job (service/jobs/sharding.py), with a job's places in line."""
+        """One shard of a sharded job (service/jobs/sharding.py), with a job's places in line, on its torch's queue."""
         priority = FIRST if first else LOW if low else NORMAL
-        self._app.send_task(RUN_SHARD, args=[shard_id], queue=device, priority=priority)
+        torch = torch_of_job_id(_SHARD_SUFFIX.sub("", shard_id))
+        self._app.send_task(RUN_SHARD, args=[shard_id], queue=queue_for(device, torch), priority=priority)
 
     def report_job(self, job_id: str) -> None:
         self._app.send_task(REPORT_JOB, args=[job_id], queue="github")

@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     worker.add_argument("--queues", default="cpu,github", help=f"comma-separated, from {', '.join(QUEUES)}")
     worker.add_argument("--concurrency", type=int, default=1)
     worker.add_argument("--beat", action="store_true", help="also run the reaper's schedule (one such worker only)")
+    worker.add_argument("--torch", default="", metavar="VERSION",
+                        help="the torch version of COMPILE_CI_TORCH_VERSIONS this worker's runner holds; its cpu/cuda "
+                             "queues become that version's (cpu-torch2.14) (default: the deployment's default)")
     sub.add_parser("beat", help="send the periodic reaper task (run exactly one per deployment)")
     images = sub.add_parser("images", help="build the runner and service images")
     images_sub = images.add_subparsers(dest="images_command", required=True)
@@ -49,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     build.add_argument("--rebuild-base", action="store_true", help="rebuild the local base even if it exists")
     build.add_argument("--if-changed", action="store_true",
                        help="skip an image whose Dockerfile, sources and requirements are unchanged")
+    build.add_argument("--torch", default="", metavar="VERSION",
+                       help="runner images on this torch from the package index (2.14.1, 2.15.0rc1, or 2.14.x: the "
+                            "newest 2.14), tagged torch2.14 (default: the pinned torch, tagged latest)")
     check = sub.add_parser("check-config", help="validate a .compile-ci.toml the way the service will")
     check.add_argument("path", type=Path, nargs="?", default=Path(".compile-ci.toml"),
                        help="the file to check (default: %(default)s in the current directory)")
@@ -82,11 +88,12 @@ def main(argv: list[str] | None = None) -> int:
         os.execv(command[0], command)
     if args.command == "worker":
         settings = _validated_settings()
-        queues = args.queues.split(",")
         from service.jobs.planning import worker_queues_problem
 
-        if problem := worker_queues_problem(queues, settings.gpus):
+        if problem := worker_queues_problem(args.queues.split(","), settings.gpus):
             parser.error(problem)
+        queues = _worker_queues(settings, args.queues.split(","), args.torch)
+        args.queues = ",".join(queues)
         pool = ["-P", "threads"] if queues == ["github"] else []
         beat = ["-B"] if args.beat else []
         os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "service.worker", "worker", "-Q",
@@ -117,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         return _check_config(args.path)
     if args.command == "images":
         return _build_images(args.names or ["cpu", "service"], args.local_base, args.rebuild_base,
-                             args.if_changed)
+                             args.if_changed, args.torch)
     return 2
 
 
@@ -130,7 +137,21 @@ def _validated_settings() -> Settings:
         sys.exit(str(exc))
 
 
-def _build_images(names: list[str], local_base: bool, rebuild_base: bool, if_changed: bool) -> int:
+def _worker_queues(settings: Settings, queues: list[str], torch: str) -> list[str]:
+    """`--torch 2.14`: the device queues of that version, and COMPILE_CI_WORKER_TORCH for the worker's runner."""
+    from service.torch_versions import job_torch, queue_for
+
+    if not torch:
+        return queues
+    if torch not in [v.name for v in settings.torch_versions]:
+        sys.exit(f"compile-ci worker: --torch {torch} is not one of COMPILE_CI_TORCH_VERSIONS "
+                 f"({', '.join(v.name for v in settings.torch_versions)})")
+    os.environ["COMPILE_CI_WORKER_TORCH"] = torch
+    lane = job_torch(settings.torch_versions, torch)
+    return [queue_for(q, lane) if q in ("cpu", "cuda", "cuda2") else q for q in queues]
+
+
+def _build_images(names: list[str], local_base: bool, rebuild_base: bool, if_changed: bool, torch: str = "") -> int:
     from runners.images import ImageBuildError, build_images, recipes
 
     table = recipes()
@@ -140,14 +161,14 @@ def _build_images(names: list[str], local_base: bool, rebuild_base: bool, if_cha
               file=sys.stderr)
         return 2
     try:
-        timings = build_images(names, local_base, rebuild_base, if_changed)
+        timings = build_images(names, local_base, rebuild_base, if_changed, torch)
     except ImageBuildError as exc:
         print(f"compile-ci images build: {exc}", file=sys.stderr)
         return 1
     if not timings:
         print("compile-ci images build: every image is up to date")
-    for name, seconds in timings.items():
-        print(f"{table[name].tag if name in table else 'compile-ci/base:bookworm'}: built in {seconds:.0f} s")
+    for tag, seconds in timings.items():
+        print(f"{tag}: built in {seconds:.0f} s")
     return 0
 
 
@@ -173,6 +194,8 @@ def _check_config(path: Path) -> int:
     print(f"  suites:  {', '.join(parsed.suites)}")
     print(f"  devices: {', '.join(parsed.devices)}")
     print(f"  timeout: {parsed.timeout_minutes} minutes per job")
+    print(f"  torch:   {', '.join(parsed.torch) or 'the deployment default'}"
+          + ("" if parsed.canary else " (no canary: [canary] enabled = false)"))
     if parsed.requirements:
         print(f"  install: {', '.join(parsed.requirements)}")
     print(f"  install the repository's own package: {'yes' if parsed.install_package else 'no'}")

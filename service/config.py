@@ -11,6 +11,7 @@ from urllib.parse import urlparse
 
 from runners.gpus import parse_gpus
 from runners.toolchain import CHOICES as LINKERS
+from service.torch_versions import DEFAULT_VERSIONS, TorchVersion, parse_versions
 
 PREFIX = "COMPILE_CI_"
 DEVICES = ("cpu", "cuda")
@@ -80,6 +81,13 @@ class Settings:
     gpus: tuple[str, ...] = ()
     runner_image_cpu: str = "compile-ci/runner-cpu:latest"
     runner_image_cuda: str = "compile-ci/runner-cuda:latest"
+    # The torch versions this deployment has runners for, its default first; an advisory one (a release candidate)
+    # never turns a pull request red and is what the daily canary runs (service/torch_versions.py).
+    torch_versions: tuple[TorchVersion, ...] = (TorchVersion(DEFAULT_VERSIONS),)
+    # The version this worker's runner holds (its image, or COMPILE_CI_RUNNER_PYTHON): its job queues are that
+    # version's. Empty: the default.
+    worker_torch: str = ""
+    canary_hour: int = 3  # UTC hour of the daily canary on the advisory version
     max_job_minutes: int = 60
     # A suite job runs as up to this many shards, one per live worker slot of its device and at most one per
     # `shard_min_seconds` of its recorded test time (service/jobs/shard_plan.py); 1: never sharded.
@@ -222,6 +230,15 @@ def _build(env: Mapping[str, str]) -> Settings:
     except ValueError as exc:
         gpus = ()
         problems.append(f"COMPILE_CI_GPUS must list GPU indexes or UUIDs, comma-separated: {exc}")
+    versions, version_problems = parse_versions(_get(env, "TORCH_VERSIONS", DEFAULT_VERSIONS))
+    problems += [f"COMPILE_CI_TORCH_VERSIONS: {p}" for p in version_problems]
+    worker_torch = _get(env, "WORKER_TORCH")
+    if worker_torch and worker_torch not in [v.name for v in versions]:
+        problems.append(f"COMPILE_CI_WORKER_TORCH must be one of COMPILE_CI_TORCH_VERSIONS "
+                        f"({', '.join(v.name for v in versions)}), got {worker_torch!r}")
+    canary_hour = _int(env, "CANARY_HOUR", 3, problems, minimum=0)
+    if canary_hour > 23:
+        problems.append(f"COMPILE_CI_CANARY_HOUR must be an hour from 0 to 23 (UTC), got {canary_hour}")
     template = _get(env, "CLONE_URL_TEMPLATE")
     if template and "{full_name}" not in template:
         problems.append("COMPILE_CI_CLONE_URL_TEMPLATE must contain {full_name}")
@@ -252,6 +269,9 @@ def _build(env: Mapping[str, str]) -> Settings:
         gpus=gpus,
         runner_image_cpu=_get(env, "RUNNER_IMAGE_CPU", "compile-ci/runner-cpu:latest"),
         runner_image_cuda=_get(env, "RUNNER_IMAGE_CUDA", "compile-ci/runner-cuda:latest"),
+        torch_versions=versions or (TorchVersion(DEFAULT_VERSIONS),),
+        worker_torch=worker_torch,
+        canary_hour=canary_hour,
         max_job_minutes=_int(env, "MAX_JOB_MINUTES", 60, problems),
         max_shards=_int(env, "MAX_SHARDS", 4, problems),
         shard_min_seconds=_int(env, "SHARD_MIN_SECONDS", 30, problems, minimum=0),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.compare.budgets import BUDGET_KEYS, Budgets, parse_budgets
+from service.torch_versions import NAME as TORCH_NAME
 
 CONFIG_FILE = ".compile-ci.toml"
 DEVICES = ("cpu", "cuda")
@@ -42,6 +43,8 @@ class RepoConfig:
     flaky_reruns: int = DEFAULT_FLAKY_RERUNS  # in-job re-runs of a failing test (COMPILE_CI_RERUNS)
     budgets: Budgets = field(default_factory=lambda: Budgets())
     comment_always: bool = False  # the sticky pull-request comment even when all is green and nothing changed
+    torch: tuple[str, ...] = ()  # [suites] torch: the deployment's versions to run on (empty: its default only)
+    canary: bool = True  # [canary] enabled: the daily run of the default branch on the advisory torch
 
 
 @dataclass(frozen=True)
@@ -63,8 +66,10 @@ def default_config(builtin_suites: tuple[str, ...]) -> RepoConfig:
     return RepoConfig(suites=default_suites(builtin_suites), devices=DEVICES)
 
 
-def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> RepoConfig | list[ConfigProblem]:
-    """Pure: the file's text (None when absent) -> a config, or every problem found in it."""
+def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...],
+                      torch_versions: tuple[str, ...] | None = None) -> RepoConfig | list[ConfigProblem]:
+    """Pure: the file's text (None when absent) -> a config, or every problem found in it. `torch_versions`: the
+    deployment's (COMPILE_CI_TORCH_VERSIONS), which `[suites] torch` must choose from; None checks only the form."""
     if text is None:
         return default_config(builtin_suites)
     try:
@@ -75,15 +80,18 @@ def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> Repo
         return [ConfigProblem(int(match.group(1)) if match else None, f"invalid TOML: {message}")]
     problems: list[ConfigProblem] = []
     checker = _Checker(text, problems)
-    checker.unknown_keys("", data, ("install", "targets", "suites", "budgets", "comment"))
+    checker.unknown_keys("", data, ("install", "targets", "suites", "budgets", "comment", "canary"))
     install = checker.table(data, "install")
     targets = checker.table(data, "targets")
     suites = checker.table(data, "suites")
     budget_table = checker.table(data, "budgets")
     comment = checker.table(data, "comment")
+    canary = checker.table(data, "canary")
     checker.unknown_keys("install", install, ("requirements", "package"))
     checker.unknown_keys("targets", targets, TARGET_KINDS)
-    checker.unknown_keys("suites", suites, ("run", "devices", "repo_tests", "timeout_minutes", "flaky_reruns"))
+    checker.unknown_keys("suites", suites, ("run", "devices", "repo_tests", "timeout_minutes", "flaky_reruns",
+                                            "torch"))
+    checker.unknown_keys("canary", canary, ("enabled",))
     checker.unknown_keys("budgets", budget_table, BUDGET_KEYS)
     checker.unknown_keys("comment", comment, ("always",))
     budgets, budget_problems = parse_budgets(budget_table)
@@ -95,6 +103,13 @@ def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> Repo
     always = comment.get("always", False)
     if not isinstance(always, bool):
         checker.problem("comment", "always", f"must be true or false, got {always!r}")
+    canary_on = canary.get("enabled", True)
+    if not isinstance(canary_on, bool):
+        checker.problem("canary", "enabled", f"must be true or false, got {canary_on!r}")
+    torch = checker.strings("suites", suites, "torch", [], allowed=torch_versions)
+    for version in torch:
+        if torch_versions is None and not re.fullmatch(TORCH_NAME, version):
+            checker.problem("suites", "torch", f"{version!r} is not a torch version of the form major.minor")
     allowed_suites = (*builtin_suites, "repo")
     repo_tests = checker.strings("suites", suites, "repo_tests", [])
     target_lists = {kind: checker.strings("targets", targets, kind, [], spec=True) for kind in TARGET_KINDS}
@@ -114,7 +129,7 @@ def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> Repo
     package = install.get("package", True)
     if not isinstance(package, bool):
         checker.problem("install", "package", f"must be true or false, got {package!r}")
-    for key, values in (("run", run), ("devices", devices)):
+    for key, values in (("run", run), ("devices", devices), ("torch", torch)):
         if key in suites and not values:
             checker.problem("suites", key, "is empty: nothing would run (leave the key out for the default)")
         for repeated in sorted({v for v in values if values.count(v) > 1}):
@@ -127,6 +142,7 @@ def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...]) -> Repo
         install_package=package is not False,
         targets={k: v for k, v in target_lists.items() if v}, repo_tests=tuple(repo_tests),
         timeout_minutes=timeout, flaky_reruns=reruns, budgets=budgets, comment_always=always,
+        torch=tuple(dict.fromkeys(torch)), canary=canary_on is not False,
     )
 
 

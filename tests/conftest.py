@@ -67,7 +67,12 @@ def emulator(app_keys: tuple[str, str]) -> Iterator[GitHubEmulator]:
 
 
 def make_settings(tmp_path: Path, redis_url: str, github_url: str, private_key: str, **extra: str) -> Settings:
-    env = {
+    return Settings.from_env(settings_env(tmp_path, redis_url, github_url, private_key, **extra))
+
+
+def settings_env(tmp_path: Path, redis_url: str, github_url: str, private_key: str, **extra: str) -> dict[str, str]:
+    """The COMPILE_CI_* environment of a test's deployment (also for worker processes the test starts)."""
+    return {
         "COMPILE_CI_WEBHOOK_SECRET": "test-webhook-secret",
         "COMPILE_CI_GITHUB_APP_ID": str(APP_ID),
         "COMPILE_CI_GITHUB_PRIVATE_KEY": private_key,
@@ -84,7 +89,6 @@ def make_settings(tmp_path: Path, redis_url: str, github_url: str, private_key: 
         "COMPILE_CI_MAX_SHARDS": "1",
         **extra,
     }
-    return Settings.from_env(env)
 
 
 @pytest.fixture

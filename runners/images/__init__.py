@@ -44,6 +44,7 @@ class ImageRecipe:
     # The host's find-links may hold a local CPU torch wheel (2.13.0+cpu sorts above 2.13.0): a CUDA image's torch
     # must come from the index, with its CUDA libraries, so its download ignores them.
     host_find_links: bool = True
+    build_args: tuple[tuple[str, str], ...] = ()  # e.g. TORCH_VERSION for an image of another torch
 
 
 def recipes() -> dict[str, ImageRecipe]:
@@ -68,26 +69,30 @@ SOURCE_LABEL = "org.compile-ci.source"  # hash of what went into an image: `--if
 
 
 def build_images(names: list[str], local_base: bool, rebuild_base: bool = False,
-                 if_changed: bool = False) -> dict[str, float]:
-    """Build the named images; returns seconds per image built (and for the base when it was built)."""
+                 if_changed: bool = False, torch: str = "") -> dict[str, float]:
+    """Build the named images (the runner images on torch `torch` when given: `2.14.1`, `2.14.x`); returns seconds
+    per image tag built (and for the base when it was built)."""
     timings: dict[str, float] = {}
     base_args: dict[str, str] = {}
     if local_base:
         if rebuild_base or not image_exists(LOCAL_BASE):
             started = time.monotonic()
             build_local_base(LOCAL_BASE)
-            timings["base"] = time.monotonic() - started
+            timings[LOCAL_BASE] = time.monotonic() - started
         base_args = {"BASE_IMAGE": LOCAL_BASE, "PIP_INSTALL_OPTS": "--no-index"}
+    from runners.images.torch_release import RUNNER_IMAGES, resolve_torch, torch_recipe
+
     table = recipes()
+    version = resolve_torch(torch) if torch else ""
     for name in names:
-        recipe = table[name]
+        recipe = torch_recipe(table[name], version) if version and name in RUNNER_IMAGES else table[name]
         digest = source_digest(recipe)
         if if_changed and image_label(recipe.tag, SOURCE_LABEL) == digest:
             continue
         started = time.monotonic()
         with build_context(recipe, LOCAL_BASE if local_base else None) as context:
-            _docker_build(recipe, context, base_args, {SOURCE_LABEL: digest})
-        timings[name] = time.monotonic() - started
+            _docker_build(recipe, context, {**base_args, **dict(recipe.build_args)}, {SOURCE_LABEL: digest})
+        timings[recipe.tag] = time.monotonic() - started
     return timings
 
 

@@ -28,7 +28,7 @@ def judge_job(store: Store, artifacts_dir: Path, run: Run, job: Job, results: li
     flaky = known_flaky_of(store, run, job, results)
     base_run = store.get_run(run.base_run_id) if run.base_run_id else None
     kind = "push run" if base_run is not None and base_run.trigger == "push" else "base run"
-    base_job = store.get_job(job_id_for(base_run.id, job.suite, job.device)) if base_run else None
+    base_job = store.get_job(job_id_for(base_run.id, job.suite, job.device, job.torch)) if base_run else None
     if base_run is None or base_job is None:
         status = BaseStatus.PENDING if base_run is None and run.state != "planned" else BaseStatus.NONE
         return judge(results, None, BaseInfo(status, run.base_sha), budgets_of(run), flaky=flaky)
@@ -58,7 +58,7 @@ def known_flaky_of(store: Store, run: Run, job: Job, results: list[TestResult]) 
         return {}
     now = job.finished_at or utcnow()
     runs = results_across_runs(store, run.repo_full_name, job.suite, job.device, failing,
-                               since=now - FLAKY_WINDOW, before=now)
+                               since=now - FLAKY_WINDOW, before=now, torch=job.torch)
     return known_flaky((r for r in runs if r.run_id != run.id), now, exclude_pr=run.pr_number)
 
 

@@ -8,7 +8,7 @@ Titles lead with the judgement, since GitHub's merge box cuts them: "1 new failu
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from service.compare.judgement import BaseStatus, Judgement
 from service.compare.verdicts import Verdict
@@ -21,6 +21,9 @@ BADGES: Mapping[Verdict, str] = {Verdict.NEW_FAILURE: "NEW", Verdict.FAILED: "NE
                                  Verdict.NOT_AFFECTED: "NOT AFFECTED"}
 BUDGET = "BUDGET"
 TEST_OUTCOME_CONCLUSIONS = ("success", "failure")
+# What an advisory torch version's job (a release candidate: service/torch_versions.py) says instead of red.
+NOT_BLOCKING = ("failure", "timed_out")
+ADVISORY_PREFIX = "Advisory torch, not blocking — "
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class JobVerdict:
     known_flaky: int = 0  # failed, but known flaky across the repository's recent runs: shown, not red
     fixed: int = 0
     not_affected: int = 0  # not run, their declared target out of the change's reach: the base's results, not red
+    advisory: bool = False  # red on the default torch, neutral here: its torch version is advisory
 
     @property
     def figures(self) -> tuple[int, int, int, int]:
@@ -45,10 +49,19 @@ class JobVerdict:
 BASE_PENDING = " — base still running"  # a title that ends so is updated when the base run finishes
 
 
-def job_verdict(conclusion: str, title: str, raw_title: str, judgement: Judgement | None) -> JobVerdict:
+def job_verdict(conclusion: str, title: str, raw_title: str, judgement: Judgement | None,
+                advisory: bool = False) -> JobVerdict:
     """`conclusion`/`title`: the job's own (as it ended); `raw_title`: its test counts in pytest's words, which its
     title equals when its tests ran to the end (else it is a timeout, a crash, an install or config failure: those
-    are not judged against a base and keep their words)."""
+    are not judged against a base and keep their words). `advisory`: the job ran on an advisory torch version, whose
+    failures are told (neutral, same counts, same lists) but never turn a pull request red."""
+    verdict = _judged(conclusion, title, raw_title, judgement)
+    if advisory and verdict.conclusion in NOT_BLOCKING:
+        return replace(verdict, conclusion="neutral", title=ADVISORY_PREFIX + verdict.title, advisory=True)
+    return verdict
+
+
+def _judged(conclusion: str, title: str, raw_title: str, judgement: Judgement | None) -> JobVerdict:
     tests_ran = title in ("", raw_title) and conclusion in TEST_OUTCOME_CONCLUSIONS
     shown = title or raw_title
     if judgement is None or not tests_ran:

@@ -83,6 +83,8 @@ def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url:
     text = truncate(_failure_text(failures), MAX_TEXT, job_url + "/log")
     verdict = verdict_of(job, judgement)
     conclusion = verdict.conclusion
+    if job.torch_advisory:
+        summary = f"{ADVISORY_NOTE.format(torch=job.torch)}\n\n{summary}"
     notes = [_annotation(job, r, annotation_level(verdicts.get(r.nodeid, Verdict.FAILED))) for r in failures]
     if judgement is not None and judgement.base.status == BaseStatus.READY:
         located = {r.nodeid: (r.file or r.nodeid.split("::")[0], r.line) for r in results}
@@ -92,14 +94,24 @@ def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url:
         status="completed", conclusion=conclusion,
         title=plain_title(verdict.title),
         summary=truncate(summary, MAX_TEXT, job_url), text=text, **base,
-        annotations=notes[:MAX_ANNOTATIONS],
-        actions=[RERUN_ACTION] if conclusion in RERUN_CONCLUSIONS else [],
+        annotations=[_advisory_level(job, note) for note in notes[:MAX_ANNOTATIONS]],
+        actions=[RERUN_ACTION] if conclusion in RERUN_CONCLUSIONS or verdict.advisory else [],
     )
+
+
+ADVISORY_NOTE = ("**torch {torch} is advisory on this deployment** (the next release, say): what fails on it is "
+                 "listed here and never turns the pull request red.")
 
 
 def verdict_of(job: Job, judgement: Judgement | None) -> JobVerdict:
     """The job's one verdict (service/compare/job_verdict.py): what its check run, the comment and the pages say."""
-    return job_verdict(job.conclusion or "neutral", job.title, _title(job), judgement)
+    return job_verdict(job.conclusion or "neutral", job.title, _title(job), judgement, bool(job.torch_advisory))
+
+
+def _advisory_level(job: Job, note: dict[str, Any]) -> dict[str, Any]:
+    """An advisory version's failures are warnings: a failure annotation would read as blocking."""
+    blocking = job.torch_advisory and note.get("annotation_level") == "failure"
+    return {**note, "annotation_level": "warning"} if blocking else note
 
 
 def check_conclusion(job: Job, judgement: Judgement | None) -> str:

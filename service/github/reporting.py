@@ -17,6 +17,7 @@ from service.github.checks import CheckRunView, render_check_run
 from service.github.sticky_comment import update_sticky_comment
 from service.store import APPROVAL_SUITE, Job, Run, Store, TestResult, job_id_for
 from service.store.attempts import record_finished
+from service.store.rows import INTERNAL_TRIGGERS
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ def report_job(ctx: Reporter, job_id: str) -> None:
         if ctx.store.is_uninstalled(run.repo_full_name):
             log.info("report_job %s: %s is no longer installed; not reporting", job_id, run.repo_full_name)
             return
-        if run.trigger == "base":  # internal: nothing on GitHub; the heads judged against it are judged again
+        if run.trigger in INTERNAL_TRIGGERS:  # nothing on GitHub; heads judged against a base are judged again
             if job.state == "completed" and job.reported != "completed":
                 ctx.store.record_report(job.id, job.rerun, reported="completed")
             _judge_heads_again(ctx, run, job)
@@ -96,7 +97,7 @@ def _judge_heads_again(ctx: Reporter, base_run: Run, base_job: Job) -> None:
     if base_job.state != "completed":
         return
     for head in ctx.store.runs_based_on(base_run.id):
-        head_job = ctx.store.get_job(job_id_for(head.id, base_job.suite, base_job.device))
+        head_job = ctx.store.get_job(job_id_for(head.id, base_job.suite, base_job.device, base_job.torch))
         if head_job is not None and head_job.state == "completed":
             ctx.queue.report_job(head_job.id)
 

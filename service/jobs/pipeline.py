@@ -17,7 +17,7 @@ from pathlib import Path
 from runners.compile_cache import CacheScope, trust_class
 from runners.job_log import TIMES_NAME, append_text
 from runners.protocol import RunResult, RunSpec, ShouldCancel
-from service.jobs import affected, install, lifecycle
+from service.jobs import affected, install, lifecycle, torch_matrix
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
@@ -122,6 +122,7 @@ def execute(ctx: WorkerContext, run: Run, job: Job, out: Path, name: str, watch:
     try:
         try:
             _enough_space(ctx.settings.artifacts_dir, ctx.settings.output_mb)
+            torch_matrix.check_runner(ctx.runner, job, ctx.settings)  # the job's torch, or an infrastructure error
             mirror = ctx.fetch(run)
             # A base run runs its head's config at the base sha (service/jobs/base_runs.py).
             text = (run.config_text or None) if run.trigger == "base" else ctx.checkout.read_file(

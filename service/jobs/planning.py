@@ -33,6 +33,13 @@ class PlannedJob:
     timeout_s: int
     # Set when the job completes without running: the deployment has no runner for its device.
     skip_reason: str | None = None
+    torch: str = ""  # a version other than the deployment's default (service/jobs/torch_matrix.py)
+    advisory: bool = False  # that version is advisory: never red
+
+    @property
+    def runner(self) -> str:
+        """The runner it needs, in words: `cpu runner`, `cuda2 runner`, `cpu runner for torch 2.14`."""
+        return f"{self.queue} runner for torch {self.torch}" if self.torch else f"{self.queue} runner"
 
     @property
     def queue(self) -> str:

@@ -18,13 +18,14 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
-from service.celery_app import PLAN_RUN, QUEUES, RUN_JOB
+from service.celery_app import PLAN_RUN, RUN_JOB, all_queues
 from service.jobs import lifecycle, outbox, shard_reaper
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, held_by_a_dead_process_here
 from service.jobs.lifecycle import JobState, RunState
 from service.jobs.planning import job_queue
 from service.store import Job, Run, utcnow
+from service.store.rows import INTERNAL_TRIGGERS
 
 log = logging.getLogger(__name__)
 REPORT_AGAIN_AFTER = timedelta(seconds=30)
@@ -41,7 +42,7 @@ def reap(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
     now = now or utcnow()
     did = outbox.send_left_behind(ctx.store, ctx.queue, timedelta(seconds=ctx.settings.delivery_ttl_seconds), now)
     did += _unreported(ctx, now)
-    pending = [(task, str(args[0])) for task, args in ctx.claims.pending_tasks(QUEUES) if args]
+    pending = [(task, str(args[0])) for task, args in ctx.claims.pending_tasks(all_queues(ctx.settings)) if args]
     planning = {run_id for task, run_id in pending if task == PLAN_RUN}
     did += [line for run in ctx.store.runs_in_state(RunState.PLANNING) if (line := _planning(ctx, run, now, planning))]
     waiting = {job_id for task, job_id in pending if task == RUN_JOB}
@@ -131,7 +132,7 @@ def _queued(ctx: WorkerContext, job: Job, now: datetime, waiting: set[str]) -> s
         return None
     if lifecycle.requeue_lost(ctx.store, job, ""):
         run = ctx.store.get_run(job.run_id)
-        base = run is not None and run.trigger == "base"  # a base run's place is behind every head job
+        base = run is not None and run.trigger in INTERNAL_TRIGGERS  # a base run's (a canary's) place is last
         # Its message was lost, not its place in line.
         ctx.queue.run_job(job.id, job_queue(job.suite, job.device), again=not base, low=base)
     return f"{job.id}: queued with no message in the broker; sent again"

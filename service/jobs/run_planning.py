@@ -8,12 +8,13 @@ from runners.checkout import CheckoutError
 from service.github import reporting
 from service.github.api import TransientGitHubError
 from service.github.markdown import code_block
-from service.jobs import base_runs, lifecycle, plan_retries
+from service.jobs import base_runs, lifecycle, plan_retries, torch_matrix
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import Conclusion, Gate, JobState, RunState
 from service.jobs.planning import PlannedJob, builtin_suites, default_devices, job_queue, plan_jobs, served_queues
 from service.repo_config import CONFIG_FILE, default_config, parse_repo_config
 from service.store import Job, Run, utcnow
+from service.store.rows import INTERNAL_TRIGGERS
 
 log = logging.getLogger(__name__)
 WAITING_DETAIL = (
@@ -41,7 +42,7 @@ def plan_run(ctx: WorkerContext, run_id: str, retry_of: int | None = None) -> No
             return
         if not _plan(ctx, run):
             return  # the head could not be fetched: a retry is scheduled, or another planner has it
-    if run.trigger == base_runs.BASE_TRIGGER:  # internal: no check runs, and behind every head job
+    if run.trigger in INTERNAL_TRIGGERS:  # a base run or the canary: no check runs, and behind every head job
         for job in ctx.store.jobs_of(run.id):
             if job.state == JobState.QUEUED:
                 ctx.queue.run_job(job.id, job_queue(job.suite, job.device), low=True)
@@ -76,16 +77,17 @@ def _await_approval(ctx: WorkerContext, run: Run) -> None:
 def _plan(ctx: WorkerContext, run: Run) -> bool:
     """Plan the run's jobs from its head's config; False when the head could not be fetched and it is not planned."""
     suites = builtin_suites(ctx.suites_dir)
-    if run.trigger == base_runs.BASE_TRIGGER:
-        text = run.config_text or None  # the head's config: a base run's jobs are its head's jobs
+    if run.trigger in INTERNAL_TRIGGERS:
+        text = run.config_text or None  # the head's config (a base run), the push's (the canary)
     else:
         try:
             text = ctx.checkout.read_file(ctx.fetch(run), run.head_sha, CONFIG_FILE)
         except (CheckoutError, TransientGitHubError) as exc:
             return plan_retries.fetch_failed(ctx, run, exc)
         ctx.store.record_config(run.id, text or "")
-    parsed = parse_repo_config(text, suites)
-    served = served_queues(ctx.settings.devices, ctx.queue.served_queues())
+    parsed = parse_repo_config(text, suites, torch_matrix.names(ctx.settings))
+    live = ctx.queue.served_queues()
+    served = served_queues(ctx.settings.devices, live)
     config_error = None
     if isinstance(parsed, list):
         # Still one check run per default job, each saying what is wrong: the author sees the error
@@ -93,7 +95,8 @@ def _plan(ctx: WorkerContext, run: Run) -> bool:
         config_error = "\n".join(p.render() for p in parsed)
         parsed = default_config(suites)
     parsed = default_devices(parsed, served, has_file=text is not None)
-    planned = plan_jobs(parsed, served, ctx.settings.max_job_minutes, has_file=text is not None)
+    planned = torch_matrix.expand(plan_jobs(parsed, served, ctx.settings.max_job_minutes, has_file=text is not None),
+                                  torch_matrix.versions_of(run, parsed, ctx.settings), ctx.settings, live)
     lifecycle.plan(ctx.store, run, [_job_row(run, p, config_error) for p in planned], config_error)
     if config_error is None:
         base_runs.link_base(ctx, run, text or "")
@@ -105,11 +108,11 @@ def _plan(ctx: WorkerContext, run: Run) -> bool:
 
 
 def _job_row(run: Run, planned: PlannedJob, config_error: str | None) -> Job:
-    job = lifecycle.new_job(run, planned.suite, planned.device, planned.timeout_s)
+    job = torch_matrix.on_version(lifecycle.new_job(run, planned.suite, planned.device, planned.timeout_s), planned)
     if config_error is not None:
         return lifecycle.settled_at_planning(job, Conclusion.FAILURE, f"Invalid {CONFIG_FILE}",
                                              f"Nothing ran: {CONFIG_FILE} has problems.\n\n{code_block(config_error)}")
     if planned.skip_reason is not None:
-        return lifecycle.settled_at_planning(job, Conclusion.NEUTRAL, f"Not run: no {planned.queue} runner",
+        return lifecycle.settled_at_planning(job, Conclusion.NEUTRAL, f"Not run: no {planned.runner}",
                                              planned.skip_reason)
     return job

@@ -19,13 +19,23 @@ from service.celery_app import (
     REPORT_JOB,
     RUN_JOB,
     RUN_SHARD,
+    START_CANARIES,
     CeleryQueue,
     create_celery,
 )
 from service.config import Settings
 from service.github import reporting
 from service.github.api import GitHubApp, GoneError, TransientGitHubError
-from service.jobs import comment_commands, pipeline, reaper, run_planning, shard_reaper, sharding
+from service.jobs import (
+    canary,
+    comment_commands,
+    pipeline,
+    reaper,
+    run_planning,
+    shard_reaper,
+    sharding,
+    torch_matrix,
+)
 from service.jobs.context import Leases, WorkerContext
 from service.jobs.lease import orphaned_jobs
 from service.observability.worker import install_worker
@@ -61,7 +71,7 @@ def select_runner(settings: Settings, claims: Leases | None = None) -> Runner:
     # Imported here: a worker that never uses Docker needs neither the SDK nor an engine.
     from runners.docker_runner import DockerRunner
 
-    images = {"cpu": settings.runner_image_cpu, "cuda": settings.runner_image_cuda}
+    images = torch_matrix.runner_images(settings)  # this worker's torch version's
     docker_runner = DockerRunner(images, deployment=settings.deployment, gpus=settings.gpus)
     if settings.runner == "docker" or docker_runner.engine_answers():
         docker_runner.sweep_leftovers_quietly(orphaned_jobs(claims) if claims is not None else None)
@@ -128,6 +138,10 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
     @app.task(name=REAP_JOBS, bind=True, shared=False)
     def reap_jobs(self: Task) -> None:
         reaper.reap(ctx)
+
+    @app.task(name=START_CANARIES, bind=True, shared=False)
+    def start_canaries(self: Task) -> None:
+        canary.start_canaries(ctx)
 
     try:
         reaper.recover_jobs_of_dead_workers_here(ctx)

@@ -9,7 +9,6 @@ from celery import Celery
 from flask import Flask, Response, g, request
 from flask.signals import got_request_exception
 
-from service.celery_app import QUEUES
 from service.config import Settings
 from service.jobs.lifecycle import JobState
 from service.observability import logs
@@ -36,7 +35,7 @@ class QueueLengths:
         try:
             with self._celery.connection_for_read() as connection:
                 channel = connection.default_channel
-                for queue in QUEUES:
+                for queue in [q.name for q in self._celery.conf.task_queues]:  # cpu-torch2.14 too
                     samples.append(([queue], float(channel.queue_declare(queue=queue, passive=False).message_count)))
         except Exception:  # noqa: BLE001 - a broker outage must not break the scrape: the gauge is left out
             recorded().errors.labels("metrics_broker").inc()

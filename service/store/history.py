@@ -35,16 +35,17 @@ class TestRun:
 
     @property
     def default_branch(self) -> bool:
-        return self.trigger in ("push", "base")
+        return self.trigger in ("push", "base", "canary")
 
 
 def results_across_runs(store: Store, repo: str, suite: str, device: str, nodeids: Collection[str] | None = None,
               since: datetime | None = None, before: datetime | None = None,
-              limit: int = MAX_ROWS) -> list[TestRun]:
-    """Newest first; `nodeids` None: every test of the suite and device; `before`: only jobs finished by then."""
+              limit: int = MAX_ROWS, torch: str = "") -> list[TestRun]:
+    """Newest first; `nodeids` None: every test of the suite and device; `before`: only jobs finished by then;
+    `torch`: on that version of the deployment ("" the default): each version has its own history."""
     # A result copied from a base for a test a pull request could not affect is the base's, counted there.
-    where = [Run.repo_full_name == repo, Job.suite == suite, Job.device == device, Job.state == "completed",
-             TestResult.not_affected.is_(False)]
+    where = [Run.repo_full_name == repo, Job.suite == suite, Job.device == device, Job.torch == torch,
+             Job.state == "completed", TestResult.not_affected.is_(False)]
     if nodeids is not None:
         where.append(TestResult.nodeid.in_(list(nodeids)[:1000]))
     if since is not None:
@@ -60,11 +61,12 @@ def results_across_runs(store: Store, repo: str, suite: str, device: str, nodeid
         return [TestRun(*row) for row in s.execute(query)]
 
 
-def nodeids_of(store: Store, repo: str, suite: str, device: str, limit: int = 20_000) -> list[str]:
+def nodeids_of(store: Store, repo: str, suite: str, device: str, limit: int = 20_000, torch: str = "") -> list[str]:
     """The tests a repository's suite and device ever reported (to resolve a history page's test name)."""
     query = (select(TestResult.nodeid).distinct()
              .join(Job, and_(Job.id == TestResult.job_id, Job.attempt == TestResult.attempt))
              .join(Run, Run.id == Job.run_id)
-             .where(Run.repo_full_name == repo, Job.suite == suite, Job.device == device).limit(limit))
+             .where(Run.repo_full_name == repo, Job.suite == suite, Job.device == device, Job.torch == torch)
+             .limit(limit))
     with store.session() as s:
         return list(s.scalars(query))

@@ -17,6 +17,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from service.torch_versions import check_name, job_suffix
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
@@ -25,6 +27,10 @@ def utcnow() -> datetime:
 APPROVAL_SUITE = "approval"  # the one job of a run that waits for /ok-to-test
 APPROVAL_CHECK = "compile-ci: approval"
 RERUN_SEP = "#"
+# Runs compile-ci makes itself, which report nothing to GitHub: a pull request's base (service/jobs/base_runs.py) and
+# the daily canary of a default branch on the advisory torch (service/jobs/canary.py).
+CANARY_TRIGGER = "canary"
+INTERNAL_TRIGGERS = ("base", CANARY_TRIGGER)
 
 
 class Base(DeclarativeBase):
@@ -74,6 +80,10 @@ class Job(Base):
     run_id: Mapped[str] = mapped_column(ForeignKey("runs.id"), index=True)
     suite: Mapped[str] = mapped_column(String(50))
     device: Mapped[str] = mapped_column(String(10))
+    # The torch version it runs on when not the deployment's default ("" for that), and whether that version was
+    # advisory when the job was planned: its verdict is then never red (service/compare/job_verdict.py).
+    torch: Mapped[str] = mapped_column(String(20), default="", server_default="")
+    torch_advisory: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # 1: advisory
     timeout_s: Mapped[int] = mapped_column(Integer)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     # Re-runs asked for (/rerun, the Re-run button): each one is reported as a new check run.
@@ -115,7 +125,7 @@ class Job(Base):
 
     @property
     def check_name(self) -> str:
-        return check_name_of(self.suite, self.device)
+        return check_name_of(self.suite, self.device, self.torch)
 
     @property
     def shown_conclusion(self) -> str:
@@ -133,9 +143,10 @@ class Job(Base):
         return f"{self.id}{RERUN_SEP}{self.rerun}" if self.rerun else self.id
 
 
-def check_name_of(suite: str, device: str) -> str:
-    """The check run's name on GitHub: `<suite> (<device>)`, or the approval check."""
-    return APPROVAL_CHECK if suite == APPROVAL_SUITE else f"{suite} ({device})"
+def check_name_of(suite: str, device: str, torch: str = "") -> str:
+    """The check run's name on GitHub: `<suite> (<device>)`, `<suite> (<device>, torch 2.14)` for a version other
+    than the deployment's default, or the approval check."""
+    return APPROVAL_CHECK if suite == APPROVAL_SUITE else check_name(suite, device, torch)
 
 
 def duration_between(started: datetime | None, finished: datetime | None) -> float | None:
@@ -245,8 +256,8 @@ def run_id_for(repo_full_name: str, trigger_ref: str, head_sha: str) -> str:
     return digest[:16]
 
 
-def job_id_for(run_id: str, suite: str, device: str) -> str:
-    return f"{run_id}-{suite}-{device}"
+def job_id_for(run_id: str, suite: str, device: str, torch: str = "") -> str:
+    return f"{run_id}-{suite}-{device}{job_suffix(torch)}"
 
 
 @dataclass(frozen=True)

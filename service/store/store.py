@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.store.rows import (
+    INTERNAL_TRIGGERS,
     Artifact,
     InstalledRepo,
     Job,
@@ -174,9 +175,9 @@ class Store:
 
     def runs_at_sha(self, repo_full_name: str, head_sha: str) -> list[Run]:
         with self.session() as s:
-            # Base runs are internal (no check runs): GitHub's buttons at a sha never re-run them.
+            # Base runs and canaries are internal (no check runs): GitHub's buttons at a sha never re-run them.
             query = select(Run).where(Run.repo_full_name == repo_full_name, Run.head_sha == head_sha,
-                                      Run.trigger != "base")
+                                      Run.trigger.not_in(INTERNAL_TRIGGERS))
             return list(s.scalars(query.order_by(Run.created_at)))
 
     def push_run_at(self, repo_full_name: str, sha: str) -> Run | None:

@@ -10,6 +10,7 @@ from werkzeug.wrappers import Response
 
 from service.web.browser import (
     access,
+    canary,
     code_compare,
     jobs,
     log_pages,
@@ -21,7 +22,7 @@ from service.web.browser import (
 )
 
 blueprint = Blueprint("pages", __name__)
-for feature in (access, runs, jobs, log_pages, testcase, code_compare, status, repro_info, test_history):
+for feature in (access, runs, jobs, log_pages, testcase, code_compare, status, repro_info, test_history, canary):
     blueprint.register_blueprint(feature.blueprint)
 
 

@@ -15,6 +15,7 @@ from flask import abort
 from service.store import APPROVAL_SUITE, Job, Run
 from service.store.attempts import AttemptRecord, attempts_of
 from service.store.rows import check_name_of, duration_between
+from service.torch_versions import torch_of_job_id
 from service.web.browser.lookup import load_job, wiring
 
 MAX_ATTEMPT = 10_000
@@ -42,8 +43,13 @@ class AttemptView:
     base: str  # the URL prefix of this attempt's pages
 
     @property
+    def torch(self) -> str:
+        """The job's torch version when not the deployment's default (its id names it)."""
+        return torch_of_job_id(self.id)
+
+    @property
     def check_name(self) -> str:
-        return check_name_of(self.suite, self.device)
+        return check_name_of(self.suite, self.device, self.torch)
 
     @property
     def duration_s(self) -> float | None:

@@ -50,15 +50,15 @@ def base_run_of(store: Store, run: Run) -> Run | None:
     return None
 
 
-def base_of(store: Store, artifacts_dir: Path, run: Run, suite: str, device: str) -> BaseSide:
-    """The job of `suite` and `device` in the base run, finished, with its artifact directory."""
+def base_of(store: Store, artifacts_dir: Path, run: Run, suite: str, device: str, torch: str = "") -> BaseSide:
+    """The job of `suite`, `device` and `torch` in the base run, finished, with its artifact directory."""
     if not has_base(run):
         return BaseSide(None, None, None, "This run has no base: it is not a pull request's run, "
                                           "or it started before compile-ci compared runs with their base.")
     base = base_run_of(store, run)
     if base is None:
         return BaseSide(None, None, None, f"No run of the base commit {(run.base_sha or '')[:12]} yet.")
-    job = store.get_job(job_id_for(base.id, suite, device))
+    job = store.get_job(job_id_for(base.id, suite, device, torch))
     if job is None:
         return BaseSide(base, None, None, f"The base run has no {suite} job on {device}.")
     if job.state != "completed" or job.attempt < 1:

@@ -146,7 +146,7 @@ def job_page(job_id: str, number: int | None = None) -> str:
     files = queries.artifact_files(wiring().store, job.id, job.attempt, per_test=False) if job.ran else []
     compare = base_lookup.has_base(run)
     rows = test_rows(job, directory, compare) if job.ran else []
-    base = base_lookup.base_of(wiring().store, wiring().settings.artifacts_dir, run, job.suite, job.device)
+    base = base_lookup.base_of(wiring().store, wiring().settings.artifacts_dir, run, job.suite, job.device, job.torch)
     log_path = directory / "log.txt"
     log_lines, log_offset, log_cut, pages = [], 0, False, 1
     has_log = job.ran and is_regular(directory, "log.txt")

@@ -9,10 +9,12 @@ from flask import abort
 
 from runners.untrusted_files import open_dir
 from service.store import Job, Run
+from service.torch_versions import NAME as TORCH_NAME
 from service.web.browser.access import require_read, wiring
 
 RUN_ID = re.compile(r"[0-9a-f]{16}")  # fullmatch everywhere: "$" would let a trailing newline in
-JOB_ID = re.compile(r"[0-9a-f]{16}-[a-z]+-(cpu|cuda|none)")  # none: the approval gate's job
+# none: the approval gate's job; -torch2.14: a torch version other than the deployment's default
+JOB_ID = re.compile(rf"[0-9a-f]{{16}}-[a-z]+-(cpu|cuda|none)(-torch{TORCH_NAME})?")
 TEST_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,199}")  # never "." or ".." (the parent)
 
 

@@ -127,7 +127,7 @@ def history_of_test(store: Store, run: Run, job: Job, nodeid: str, limit: int = 
         .join(Job, and_(Job.id == TestResult.job_id, Job.attempt == TestResult.attempt))
         .join(Run, Run.id == Job.run_id)
         .where(Run.repo_full_name == run.repo_full_name, Job.suite == job.suite, Job.device == job.device,
-               TestResult.nodeid == nodeid)
+               Job.torch == job.torch, TestResult.nodeid == nodeid)
         .order_by(Run.created_at.desc())
     )
     points: list[HistoryPoint] = []

@@ -6,6 +6,7 @@ from urllib.parse import urlencode
 
 from flask import Blueprint, render_template, request
 
+from service.store import Job
 from service.web.browser import base_lookup, queries
 from service.web.browser.access import readable_private_repos, wiring
 from service.web.browser.lookup import load_run, number_arg
@@ -47,10 +48,15 @@ def run_page(run_id: str) -> str:
     run = load_run(run_id)
     jobs = wiring().store.jobs_of(run.id)
     suites = sorted({job.suite for job in jobs})
-    devices = sorted({job.device for job in jobs})
-    grid = {(job.suite, job.device): job for job in jobs}
+    # A column per device and torch version: `cpu`, `cpu, torch 2.14` (the default version's column is the device).
+    devices = sorted({_column(job) for job in jobs})
+    grid = {(job.suite, _column(job)): job for job in jobs}
     store = wiring().store
     return render_template("run.html", run=run, suites=suites, devices=devices, grid=grid,
                            github=wiring().settings.github_web_url, base_run=base_lookup.base_run_of(store, run),
                            has_base=base_lookup.has_base(run),
                            based_on=base_lookup.runs_based_on(store, run))
+
+
+def _column(job: Job) -> str:
+    return f"{job.device}, torch {job.torch}" if job.torch else job.device

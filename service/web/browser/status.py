@@ -9,7 +9,8 @@ from celery import Celery
 from flask import Blueprint, current_app, render_template
 from redis.exceptions import RedisError
 
-from service.celery_app import QUEUES, create_celery, workers_by_queue
+from service.celery_app import all_queues, create_celery, workers_by_queue
+from service.torch_versions import TorchVersion, job_torch, queue_for
 from service.web.browser import queries
 from service.web.browser.access import can_read, wiring
 
@@ -26,10 +27,12 @@ def _celery() -> Celery:
 @blueprint.get("/status")
 def status() -> str:
     problems: list[str] = []
+    settings = wiring().settings
+    queues = all_queues(settings)
     try:
-        depths: dict[str, int | None] = dict(wiring().claims.queue_depths(QUEUES))
+        depths: dict[str, int | None] = dict(wiring().claims.queue_depths(queues))
     except RedisError as exc:
-        depths, problems = dict.fromkeys(QUEUES), [f"Redis unreachable: {exc.__class__.__name__}"]
+        depths, problems = dict.fromkeys(queues), [f"Redis unreachable: {exc.__class__.__name__}"]
     served: dict[str, list[str]] | None = None
     if not problems:
         try:
@@ -37,11 +40,21 @@ def status() -> str:
         except Exception as exc:  # noqa: BLE001 - a broker hiccup must not take the status page down
             problems.append(f"asking the workers failed: {exc.__class__.__name__}")
     workers = sorted({w for names in (served or {}).values() for w in names})
-    devices = wiring().settings.devices
-    # Unserved: a queue this deployment sends work to (its devices, and github) that no worker consumes.
-    unserved = [q for q in QUEUES if served is not None and not served.get(q) and (q in devices or q == "github")]
+    devices = settings.devices
+    lanes = _lanes(settings.torch_versions, devices)
+    # Unserved: a queue this deployment sends work to (its devices on each torch, and github) that no worker consumes.
+    sent_to = {queue for _version, row in lanes for _device, queue in row} | {"github"}
+    unserved = [q for q in queues if served is not None and not served.get(q) and q in sent_to]
     running = queries.running_jobs(wiring().store)
     shown = [(job, run) for job, run in running if not run.private or can_read(run)]
     return render_template("status.html", depths=depths, workers=workers, served=served, unserved=unserved,
-                           devices=devices, running=shown,
+                           devices=devices, running=shown, lanes=lanes,
                            hidden=len(running) - len(shown), problems=problems)
+
+
+Lanes = list[tuple[TorchVersion, list[tuple[str, str]]]]
+
+
+def _lanes(versions: tuple[TorchVersion, ...], devices: tuple[str, ...]) -> Lanes:
+    """Per torch version of the deployment, its (device, queue) pairs: whose workers serve which version."""
+    return [(v, [(d, queue_for(d, job_torch(versions, v.name))) for d in devices]) for v in versions]

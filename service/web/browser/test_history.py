@@ -11,6 +11,7 @@ from service.compare.history import FLAKY_WINDOW, KNOWN_AFTER, known_flaky, summ
 from service.compare.job_verdict import badges_of
 from service.store import Run, utcnow
 from service.store.history import TestRun, nodeids_of, results_across_runs
+from service.torch_versions import split_lane
 from service.web.browser import charts
 from service.web.browser.access import require_read
 from service.web.browser.lookup import TEST_NAME, wiring
@@ -22,6 +23,7 @@ SUITE_OR_DEVICE = TEST_NAME  # letters, digits, '.', '_', '-'
 
 
 def history_url(repo_id: int, suite: str, device: str, nodeid: str) -> str:
+    """`device` is a lane: `cpu`, or `cpu-torch2.14` for a version other than the deployment's default."""
     return f"/tests/{repo_id}/{suite}/{device}/{sanitise_nodeid(nodeid)}"
 
 
@@ -35,10 +37,12 @@ def test_history_page(repo_id: int, suite: str, device: str, name: str) -> str:
     if run is None:
         abort(404)
     require_read(run)  # a private repository's history is its readers' alone
-    nodeid = next((n for n in nodeids_of(store, run.repo_full_name, suite, device) if sanitise_nodeid(n) == name), None)
+    device, torch = split_lane(device)
+    nodeid = next((n for n in nodeids_of(store, run.repo_full_name, suite, device, torch=torch)
+                   if sanitise_nodeid(n) == name), None)
     if nodeid is None:
         abort(404)
-    rows = results_across_runs(store, run.repo_full_name, suite, device, [nodeid], limit=SHOWN)
+    rows = results_across_runs(store, run.repo_full_name, suite, device, [nodeid], limit=SHOWN, torch=torch)
     known = known_flaky(rows, utcnow()).get(nodeid)
     return render_template("test_history.html", run=run, nodeid=nodeid, suite=suite, device=device, rows=rows,
                            summary=summarize(rows), known=known, window_days=FLAKY_WINDOW.days, known_after=KNOWN_AFTER,

@@ -14,6 +14,7 @@ from runners.untrusted_files import read_head
 from service.compare.history import known_flaky, summarize
 from service.store import Run, utcnow
 from service.store.history import results_across_runs
+from service.torch_versions import queue_for
 from service.web.browser import base_lookup, charts, metrics_view, queries
 from service.web.browser.attempts import AttemptView, load_attempt
 from service.web.browser.code_compare import code_paths, test_of
@@ -72,13 +73,14 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
     repro = _repro(folder) if folder is not None else ""
     public_url = wiring().settings.public_url  # the address the developer's compile-ci repro reaches
     chart, points = _history_chart(run, job, nodeid)
-    across = results_across_runs(wiring().store, run.repo_full_name, job.suite, job.device, [nodeid], limit=100)
+    across = results_across_runs(wiring().store, run.repo_full_name, job.suite, job.device, [nodeid], limit=100,
+                                 torch=job.torch)
     return render_template("test.html", run=run, job=job, name=name, nodeid=nodeid, codes=codes, outcome=outcome,
                            metrics=metrics_view.rows({k: v for k, v in metrics.items() if k != "outcome"}),
                            failure=failure,
                            repro=repro, chart=chart, points=points, across=summarize(across, run.pr_number),
                            known=known_flaky(across, utcnow(), exclude_pr=run.pr_number).get(nodeid),
-                           history=history_url(run.repo_id, job.suite, job.device, nodeid),
+                           history=history_url(run.repo_id, job.suite, queue_for(job.device, job.torch), nodeid),
                            repro_command=f"compile-ci repro {public_url.rstrip('/')}{job.base}/tests/{name}",
                            compare=f"{job.base}/tests/{name}/diff" if base_lookup.has_base(run) else "",
                            classification=base_lookup.classification_of(wiring().store, job.id, job.attempt, nodeid),
