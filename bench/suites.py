@@ -141,9 +141,11 @@ def main() -> None:
     extra = targets_env(args.targets)
     deps = None if args.no_install else install_deps(args.targets, LocalRunner())
     figures: dict[str, dict[str, object]] = {suite: {} for suite in suites}
-    shutil.rmtree(base / "cache", ignore_errors=True)  # cold means cold, even when --out is reused
-    # Cold: every suite once on an empty cache (a fresh worker host); warm: every suite again (a rerun).
+    # Cold: every suite once on an empty cache (a fresh worker host); warm: every suite again (a rerun). --phases
+    # warm alone reuses what an earlier run left under --out.
     phases = args.phases.split(",")
+    if "cold" in phases:
+        shutil.rmtree(base / "cache", ignore_errors=True)  # cold means cold, even when --out is reused
     for phase in phases:
         for suite in suites:
             cache = base / "cache" / (suite if args.cache == "suite" else "host")

@@ -17,6 +17,16 @@ TARGET_KINDS = ("models", "post_grad_passes", "pre_grad_passes", "joint_passes",
 # declares a compiler of its own ([targets] compiler): a repository of models would only re-test stock torch there.
 OPT_IN_SUITES = {"ops": "compiler"}
 DEFAULT_TIMEOUT_MINUTES = 30
+# Every table and key a .compile-ci.toml may hold (anything else is an error naming the line); docs/configuring.md
+# documents each as `table.key` (tests/unit/test_docs_reference.py keeps it so).
+CONFIG_KEYS: dict[str, tuple[str, ...]] = {
+    "install": ("requirements", "package"),
+    "targets": TARGET_KINDS,
+    "suites": ("run", "devices", "repo_tests", "timeout_minutes", "flaky_reruns", "torch"),
+    "budgets": BUDGET_KEYS,
+    "comment": ("always",),
+    "canary": ("enabled",),
+}
 DEFAULT_FLAKY_RERUNS = 2
 MAX_FLAKY_RERUNS = 5
 # A requirement is a name, optional extras and version specifiers: nothing else. URLs, paths and pip options
@@ -80,20 +90,16 @@ def parse_repo_config(text: str | None, builtin_suites: tuple[str, ...],
         return [ConfigProblem(int(match.group(1)) if match else None, f"invalid TOML: {message}")]
     problems: list[ConfigProblem] = []
     checker = _Checker(text, problems)
-    checker.unknown_keys("", data, ("install", "targets", "suites", "budgets", "comment", "canary"))
+    checker.unknown_keys("", data, tuple(CONFIG_KEYS))
     install = checker.table(data, "install")
     targets = checker.table(data, "targets")
     suites = checker.table(data, "suites")
     budget_table = checker.table(data, "budgets")
     comment = checker.table(data, "comment")
     canary = checker.table(data, "canary")
-    checker.unknown_keys("install", install, ("requirements", "package"))
-    checker.unknown_keys("targets", targets, TARGET_KINDS)
-    checker.unknown_keys("suites", suites, ("run", "devices", "repo_tests", "timeout_minutes", "flaky_reruns",
-                                            "torch"))
-    checker.unknown_keys("canary", canary, ("enabled",))
-    checker.unknown_keys("budgets", budget_table, BUDGET_KEYS)
-    checker.unknown_keys("comment", comment, ("always",))
+    for section, table in (("install", install), ("targets", targets), ("suites", suites), ("canary", canary),
+                           ("budgets", budget_table), ("comment", comment)):
+        checker.unknown_keys(section, table, CONFIG_KEYS[section])
     budgets, budget_problems = parse_budgets(budget_table)
     for key, message in budget_problems:
         checker.problem("budgets", key, message)

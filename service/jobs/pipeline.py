@@ -22,7 +22,7 @@ from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
 from service.jobs.outcome import judge, read_attempt, read_json, write_meta
-from service.jobs.planning import builtin_suites, job_queue
+from service.jobs.planning import builtin_suites, job_queue, ops_scope
 from service.jobs.selection import Selected, not_affected_env, read_selection
 from service.observability.worker import job_finished, job_started
 from service.repo_config import CONFIG_FILE, RepoConfig, parse_repo_config
@@ -166,6 +166,7 @@ def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: 
         "COMPILE_CI_OUTPUT_DIR": str(out),
         # A failing test is re-run this many times in the same job: failed-then-passed is "flaky" (suites/plugin.py).
         "COMPILE_CI_RERUNS": str(config.flaky_reruns),
+        "COMPILE_CI_OPS_SCOPE": ops_scope(run.trigger),
         **selection,
     }
     deps = install.prepare(ctx.settings, config.requirements, ctx.runner.cache_key(job.device))

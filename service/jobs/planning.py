@@ -18,6 +18,13 @@ def job_queue(suite: str, device: str) -> str:
     return MULTI_GPU_QUEUE if device == "cuda" and suite in MULTI_GPU_SUITES else device
 
 
+def ops_scope(trigger: str) -> str:
+    """The ops sweep's scope (suites/ops/aim.py): every op on the default branch (a push, which pull requests are
+    later judged against) and on the daily canary; the ops the change touches on a pull request or its base run
+    (both aim the same way: at what the repository changes in inductor)."""
+    return "all" if trigger in ("push", "canary") else "aimed"
+
+
 def worker_queues_problem(queues: list[str], gpus: tuple[str, ...]) -> str | None:
     """Why a worker may not consume these queues with these GPUs (COMPILE_CI_GPUS; empty: every GPU of the host)."""
     if MULTI_GPU_QUEUE in queues and len(gpus) == 1:

@@ -25,6 +25,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             metafunc.parametrize("compiler_target", entries, ids=[entry.test_id for entry in entries])
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """No case planned (nothing the change touches): no op test at all, rather than pytest's skipped [NOTSET]."""
+    empty = [item for item in items if item.name == "test_op_matches_eager[NOTSET]"]
+    if empty:
+        config.hook.pytest_deselected(items=empty)
+        items[:] = [item for item in items if item not in empty]
+
+
 def _plan() -> plan.Plan:
     device = requested_device()
     if device == "cuda" and not torch.cuda.is_available():

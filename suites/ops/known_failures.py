@@ -42,8 +42,14 @@ CPU, CUDA, BOTH = ("cpu",), ("cuda",), ("cpu", "cuda")
 # divisor's sign) is exact.
 _REMAINDER = "inductor's CPU float remainder loses the quotient's precision for |a / b| beyond 2^24 (ATen's is exact)"
 
+# On CUDA (seen on torch 2.11 on an H100) the same quotient loss, and inf % inf is inf where ATen's is nan.
+_REMAINDER_CUDA = "inductor's CUDA float remainder loses the quotient's precision for |a / b| beyond 2^24"
+_REMAINDER_INF = "inductor's CUDA float remainder of inf by inf is inf, ATen's is nan"
+
 KNOWN: tuple[Known, ...] = (
     Known("remainder", ("float32", "bfloat16"), CPU, ("2.13",), _REMAINDER, samples=(16,)),
+    Known("remainder", ("float32",), CUDA, ("2.11",), _REMAINDER_CUDA, samples=(16, 63)),
+    Known("remainder", ("float32",), CUDA, ("2.11",), _REMAINDER_INF, samples=(45, 92)),
     Known("__rmod__", ("float32", "bfloat16"), CPU, ("2.13",), _REMAINDER, samples=(16,)),
 )
 

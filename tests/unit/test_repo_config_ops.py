@@ -3,8 +3,10 @@
 from pathlib import Path
 
 import suites
-from service.jobs.planning import builtin_suites, plan_jobs
+from service.jobs.base_runs import BASE_TRIGGER
+from service.jobs.planning import builtin_suites, ops_scope, plan_jobs
 from service.repo_config import RepoConfig, default_config, parse_repo_config
+from service.store.rows import CANARY_TRIGGER
 
 SHIPPED = builtin_suites(Path(suites.__file__).parent)
 
@@ -33,3 +35,8 @@ def test_ops_can_be_asked_for_by_name_and_a_bad_compiler_spec_is_a_problem() -> 
     problems = parse_repo_config('[targets]\ncompiler = ["forkpkg.inductor"]\n', SHIPPED)
     assert isinstance(problems, list)
     assert problems[0].render().startswith(".compile-ci.toml:2: [targets] compiler: 'forkpkg.inductor' is not of")
+
+
+def test_the_default_branch_sweeps_every_op_and_a_pull_request_what_it_touches() -> None:
+    assert ops_scope("push") == ops_scope(CANARY_TRIGGER) == "all"
+    assert {ops_scope(t) for t in ("pull_request", BASE_TRIGGER)} == {"aimed"}

@@ -30,6 +30,7 @@ def _efficientnet():
 def _gpt2():
     # transformers' GPT2LMHeadModel with one block of width 32: causal self-attention, GELU, LayerNorm, tied
     # embeddings. No KV cache (a Cache object is not a tensor to compare).
+    import_torchvision()  # transformers imports it when it is installed
     from transformers import GPT2Config, GPT2LMHeadModel
 
     config = GPT2Config(vocab_size=96, n_positions=16, n_embd=32, n_layer=1, n_head=2, use_cache=False,
