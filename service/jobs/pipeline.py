@@ -70,8 +70,9 @@ def tell(send: Callable[[], None]) -> None:
         log.warning("a message was not sent (the reaper sends it again): %s", exc)
 
 
-class _Watch:
-    """The runner's ~1/s callback: publish progress now and then, and say when to stop (cancelled, or lease lost)."""
+class Watch:
+    """The runner's ~1/s callback: publish progress now and then, and say when to stop (cancelled, or lease lost).
+    A shard's (service/jobs/sharding.py) stops on more and publishes into its job's progress."""
 
     def __init__(self, ctx: WorkerContext, job: Job, lease: LeaseKeeper, out: Path) -> None:
         self.ctx, self.job, self.lease, self.out = ctx, job, lease, out
@@ -83,16 +84,19 @@ class _Watch:
             return True
         if time.monotonic() - self.last_published >= self.ctx.settings.progress_interval_seconds:
             self.last_published = time.monotonic()
-            self._publish_progress()
+            progress = read_progress(self.out)
+            if progress != self.progress and progress[1]:
+                self.progress = progress
+                self.publish(progress)
         current = self.ctx.store.get_job(self.job.id)
-        return current is None or current.cancel_requested
+        return current is None or current.cancel_requested or self.stops(current)
 
-    def _publish_progress(self) -> None:
-        progress = read_progress(self.out)
-        if progress != self.progress and progress[1]:
-            self.progress = progress
-            if lifecycle.record_progress(self.ctx.store, self.job, *progress):
-                tell(lambda: self.ctx.queue.report_job(self.job.id))
+    def stops(self, current: Job) -> bool:
+        return False
+
+    def publish(self, progress: tuple[int, int, str]) -> None:
+        if lifecycle.record_progress(self.ctx.store, self.job, *progress):
+            tell(lambda: self.ctx.queue.report_job(self.job.id))
 
 
 def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
@@ -105,7 +109,7 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
         decision = affected.decide_for_job(ctx, run, job, config.targets, mirror, checkout)
         return Selected(not_affected_env(decision.not_affected), decision.line)
 
-    return execute(ctx, run, job, out, job.id, _Watch(ctx, job, lease, out), selecting,
+    return execute(ctx, run, job, out, job.id, Watch(ctx, job, lease, out), selecting,
                    lambda result, roots, checkout, chosen: _finish(ctx, job, out, result, roots, checkout, chosen))
 
 

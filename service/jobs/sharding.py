@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import time
 from pathlib import Path
 
 from runners.protocol import RunResult
@@ -116,30 +115,18 @@ def run_shard(ctx: WorkerContext, shard_id: str) -> None:
     merge_when_done(ctx, job.id)
 
 
-class _ShardWatch:
+class _ShardWatch(pipeline.Watch):
     """The runner's ~1/s callback for a shard: stop when the job is cancelled, re-run or dropped, or the lease is
     lost; now and then add this shard's progress to the job's (one check run shows the sum of its shards)."""
 
     def __init__(self, ctx: WorkerContext, job: Job, shard: Shard, lease: LeaseKeeper, out: Path) -> None:
-        self.ctx, self.job, self.shard, self.lease, self.out = ctx, job, shard, lease, out
-        self.last_published = time.monotonic()
-        self.progress: tuple[int, int, str] | None = None
+        super().__init__(ctx, job, lease, out)
+        self.shard = shard
 
-    def __call__(self) -> bool:
-        if self.lease.lost:
-            return True
-        if time.monotonic() - self.last_published >= self.ctx.settings.progress_interval_seconds:
-            self.last_published = time.monotonic()
-            self._publish()
-        current = self.ctx.store.get_job(self.job.id)
-        return (current is None or current.cancel_requested or current.state != JobState.RUNNING
-                or current.attempt != self.shard.job_attempt)
+    def stops(self, current: Job) -> bool:
+        return current.state != JobState.RUNNING or current.attempt != self.shard.job_attempt
 
-    def _publish(self) -> None:
-        progress = pipeline.read_progress(self.out)
-        if progress == self.progress or not progress[1]:
-            return
-        self.progress = progress
+    def publish(self, progress: tuple[int, int, str]) -> None:
         if not lifecycle.record_shard_progress(self.ctx.store, self.shard, progress[0], progress[1]):
             return
         siblings = shards_of(self.ctx.store, self.job.id, self.job.attempt)
