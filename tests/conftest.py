@@ -109,7 +109,9 @@ HEAVY = (
     "tests/suites/test_distributed_suite.py::test_an_in_job_rerun_starts_new_ranks_so_a_flaky_failure_shows_as_flaky",
     "tests/suites/test_planted_numerics.py::test_softmax_without_max_shift_is_caught",
     "tests/suites/test_planted_numerics.py::test_variance_by_cancellation_is_caught",
-    "tests/suites/test_real_models.py::test_real_models_pass_each_suite[",  # but [correctness] (below)
+    "tests/suites/test_planted_breadth.py::test_planted_bug_is_caught[xor_as_or]",
+    "tests/suites/test_planted_breadth.py::test_planted_bug_is_caught[random_ops_share_seed]",
+    "tests/runners/test_compile_cache.py::test_a_trusted_job_killed_mid_write_leaves_nothing_half_written[local]",
 )
 _LEFT_OUT: list[str] = []
 
@@ -117,7 +119,7 @@ _LEFT_OUT: list[str] = []
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[Any]) -> None:
     for item in items:
-        if item.nodeid.startswith(HEAVY) and not item.nodeid.endswith("[correctness]"):
+        if item.nodeid.startswith(HEAVY):
             item.add_marker(pytest.mark.heavy)
     # The slow end-to-end tests run last, so a quick failure elsewhere shows first.
     items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)

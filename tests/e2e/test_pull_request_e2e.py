@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from service.compare.job_verdict import BASE_PENDING
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.main import CHECK_RUNS, FULL_NAME, open_sample_pull_requests, wait_for_check_runs
 from service.devkit.sandbox.stack import Stack
@@ -21,7 +22,9 @@ pytestmark = pytest.mark.e2e
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, dict[str, Any]]]:
     with Stack(tmp_path_factory.mktemp("stack")) as stack:
         repo, _pulls = open_sample_pull_requests(stack)
-        runs = wait_for_check_runs(stack, CHECK_RUNS, timeout_s=900)
+        # The jobs' own words: a run judged before its base finished says so, and is not waited for (the base run
+        # is a full correctness job; the sandbox command itself waits for it).
+        runs = wait_for_check_runs(stack, CHECK_RUNS, timeout_s=900, final=False)
         by_key = {(r["head_sha"], r["name"]): r for r in runs}
         yield stack, {"good": by_key[(repo.good_sha, "correctness (cpu)")],
                       "buggy": by_key[(repo.buggy_sha, "correctness (cpu)")],
@@ -43,7 +46,8 @@ def test_clean_pull_request_goes_queued_in_progress_success(finished: tuple[Stac
 def test_the_repositorys_own_tests_import_its_package_and_dependency(finished: tuple[Stack, dict[str, Any]]) -> None:
     _stack, runs = finished
     own = runs["own"]
-    assert (own["conclusion"], own["output"]["title"]) == ("success", "1 passed"), own["output"]
+    assert own["conclusion"] == "success", own["output"]
+    assert own["output"]["title"] in ("1 passed", f"1 passed{BASE_PENDING}"), own["output"]
 
 
 def test_pull_request_with_a_model_bug_fails_naming_the_model(finished: tuple[Stack, dict[str, Any]]) -> None:
