@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     web.add_argument("--bind", default="0.0.0.0:8000", help="HOST:PORT to listen on (default: %(default)s)")
     web.add_argument("--workers", type=int, default=4, help="gunicorn worker processes (default: %(default)s)")
     web.add_argument("--threads", type=int, default=32, help="threads per worker (gthread; 0: sync workers)")
-    front = sub.add_parser("front", help="serve the web through nginx, which buffers slow clients (see README)")
+    front = sub.add_parser("front", help="serve the web through nginx, which buffers slow clients (docs/operating.md)")
     front.add_argument("--listen", default="0.0.0.0:8080", help="HOST:PORT to listen on (default: %(default)s)")
     front.add_argument("--upstream", default="127.0.0.1:8000", help="gunicorn's HOST:PORT (default: %(default)s)")
     front.add_argument("--workers", type=int, default=1, help="nginx worker processes (default: %(default)s)")

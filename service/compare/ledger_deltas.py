@@ -12,7 +12,7 @@ TIME_FIGURES = ("compile_time_s", "dynamo_time_s")
 SIZE_FIGURES = ("kernels_generated", "code_bytes")  # only where the generated code changed (else: counters, paths)
 # The noise floor of a compile time: a change is listed only when it is at least this many seconds AND this ratio
 # (either way). Three warm runs of the same commit on a busy 2-core host differed by at most 0.27 s and ×1.40 in a
-# test; three cold ones by up to 2.9 s and ×2.7, when another job's load spiked (README, "Signal, not noise").
+# test; three cold ones by up to 2.9 s and ×2.7, when another job's load spiked (docs/suites.md, "Signal, not noise").
 TIME_FLOOR_S = 0.5
 TIME_FLOOR_RATIO = 1.5
 # What a change is measured against when the base is small: a relative change needs a denominator that is never
