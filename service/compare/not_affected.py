@@ -14,7 +14,7 @@ def take_from_base(store: Store, run: Run, job: Job) -> int:
         return 0
     if not not_affected_results(store, job.id, job.attempt):
         return 0
-    base_job = store.get_job(job_id_for(run.base_run_id, job.suite, job.device))
+    base_job = store.get_job(job_id_for(run.base_run_id, job.suite, job.device, job.torch))
     if base_job is None or base_job.state != "completed" or base_job.conclusion not in ("success", "failure"):
         return 0  # pending: judged again when it finishes; broken: they stay not run, and the summary says why
     base = {r.nodeid: r for r in store.results_of(base_job.id, base_job.attempt) if not r.not_affected}

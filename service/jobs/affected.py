@@ -122,7 +122,8 @@ def decide_for_job(ctx: WorkerContext, run: Run, job: Job, targets: Mapping[str,
     else runs everything; so does a failure to read the diff (said in the log)."""
     if run.trigger != "pull_request" or job.suite == "repo":
         return Decision()
-    base_job = ctx.store.get_job(job_id_for(run.base_run_id, job.suite, job.device)) if run.base_run_id else None
+    base_job = (ctx.store.get_job(job_id_for(run.base_run_id, job.suite, job.device, job.torch)) if run.base_run_id
+                else None)
     if not run.base_sha or run.base_sha == NULL_SHA or base_job is None:
         return everything("this pull request has no base job to take results from")
     if base_job.state == "completed" and base_job.conclusion not in ("success", "failure"):

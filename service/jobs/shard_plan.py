@@ -10,6 +10,7 @@ from service.jobs.context import WorkerContext
 from service.jobs.planning import job_queue
 from service.store import APPROVAL_SUITE, Job, Run
 from service.store.shards import recorded_durations
+from service.torch_versions import queue_for
 
 
 def shard_count(max_shards: int, slots: int, durations: Mapping[str, float], min_seconds: int) -> int:
@@ -29,7 +30,8 @@ def plan_for(ctx: WorkerContext, run: Run, job: Job) -> tuple[int, dict[str, flo
         return 1, {}
     if job_queue(job.suite, job.device) != job.device:
         return 1, {}  # a multi-GPU job (distributed) runs whole, on the two GPUs of its own queue
-    slots = (ctx.queue.worker_slots() or {}).get(job.device, 1)
+    # The slots of the workers that take this job: its device's, on its torch version (service/torch_versions.py).
+    slots = (ctx.queue.worker_slots() or {}).get(queue_for(job.device, job.torch), 1)
     if slots <= 1:
         return 1, {}  # one worker slot: one shard, exactly as before sharding existed
     durations = recorded_durations(ctx.store, run.repo_full_name, job.suite, job.device)
