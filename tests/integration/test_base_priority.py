@@ -21,3 +21,17 @@ def test_base_jobs_are_sent_behind_head_jobs(settings: Settings) -> None:
     assert lengths == {3: 1, 6: 1, 9: 1}
     assert b"base-correctness-cpu" in client.lindex(f"cpu{SEP}9", 0)  # type: ignore[operator]
     app.close()
+
+
+def test_a_job_and_a_shard_of_another_torch_reach_that_versions_queue(settings: Settings) -> None:
+    """The version a job id names picks the queue, for the two-GPU queue and for a shard of a job too."""
+    app = create_celery(settings)
+    queue = CeleryQueue(app)
+    queue.run_job("r-distributed-cuda-torch2.14", "cuda2")
+    queue.run_shard("r-correctness-cpu-torch2.14-a1s2", "cpu")
+    queue.run_shard("r-correctness-cpu-a1s0", "cpu")  # the default version's: the plain device queue
+    client = redis.Redis.from_url(settings.redis_url)
+    assert b"r-distributed-cuda-torch2.14" in client.lindex(f"cuda2-torch2.14{SEP}6", 0)  # type: ignore[operator]
+    assert b"r-correctness-cpu-torch2.14-a1s2" in client.lindex(f"cpu-torch2.14{SEP}6", 0)  # type: ignore[operator]
+    assert b"r-correctness-cpu-a1s0" in client.lindex(f"cpu{SEP}6", 0)  # type: ignore[operator]
+    app.close()
