@@ -2,7 +2,7 @@
 and an aimed run for one changed lowering.
 
     python bench/ops_sweep.py [--device cpu|cuda] [--shards N] [--phases cold,warm] [--aimed-lowering KEY]
-                              [--skip-full] [--select EXPR] [--out DIR]
+                              [--skip-full] [--skip-aimed] [--part K/N] [--select EXPR] [--out DIR]
 
 Full sweep: ``COMPILE_CI_OPS_SCOPE=all``, N pytest processes at once (``COMPILE_CI_OPS_SHARD=k/N``) sharing one
 compile cache, as one worker host's jobs would; "cold" starts from an empty cache (inductor's, the sweep's route
@@ -30,12 +30,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def sweep(out: Path, cache: Path, device: str, shards: int, extra: dict[str, str], plugins: list[str],
-          select: str | None) -> dict[str, object]:
-    """One sweep of ``shards`` processes at once; their JUnit files and coverage reports read together."""
+          select: str | None, only: int | None = None) -> dict[str, object]:
+    """One sweep of ``shards`` processes at once; their JUnit files and coverage reports read together. ``only``:
+    just that one of the ``shards`` (a sample of the sweep, for an estimate where the whole is too long)."""
     (cache / "tmp").mkdir(parents=True, exist_ok=True)
     processes = []
     started = time.monotonic()
-    for index in range(1, shards + 1):
+    indices = [only] if only else list(range(1, shards + 1))
+    for index in indices:
         shard_out = out / f"shard-{index}"
         shutil.rmtree(shard_out, ignore_errors=True)
         shard_out.mkdir(parents=True)
@@ -54,7 +56,7 @@ def sweep(out: Path, cache: Path, device: str, shards: int, extra: dict[str, str
     for process, log in processes:
         process.wait()
         log.close()
-    figures = summarise([out / f"shard-{i}" for i in range(1, shards + 1)])
+    figures = summarise([out / f"shard-{i}" for i in indices])
     figures["wall_s"] = round(time.monotonic() - started, 1)
     figures["exit_codes"] = [process.returncode for process, _log in processes]
     return figures
@@ -120,19 +122,24 @@ def main() -> None:
     parser.add_argument("--phases", default="cold,warm")
     parser.add_argument("--aimed-lowering", default="aten.reciprocal.default")
     parser.add_argument("--skip-full", action="store_true", help="only the aimed run")
+    parser.add_argument("--skip-aimed", action="store_true", help="only the full sweep")
+    parser.add_argument("--part", default=None, help="K/N: only the K-th of N shards of the full sweep (a sample)")
     parser.add_argument("--select", default=None, help="a pytest -k expression for the full sweep (a partial sweep)")
     parser.add_argument("--out", type=Path, default=None, help="keep artifacts here (default: a temp dir)")
     args = parser.parse_args()
     base = args.out or Path(tempfile.mkdtemp(prefix="compile-ci-bench-ops-"))
     phases = args.phases.split(",")
     results: dict[str, dict[str, object]] = {}
-    for kind in ("aimed",) if args.skip_full else ("full", "aimed"):
+    kinds = [k for k in ("full", "aimed") if not (k == "full" and args.skip_full or k == "aimed" and args.skip_aimed)]
+    for kind in kinds:
         cache = base / kind / "cache"
         shutil.rmtree(cache, ignore_errors=True)  # cold means cold, even when --out is reused
         for phase in phases:
             if kind == "full":
-                figures = sweep(base / kind / phase, cache, args.device, args.shards, {"COMPILE_CI_OPS_SCOPE": "all"},
-                                [], args.select)
+                shards, only = (int(args.part.split("/")[1]), int(args.part.split("/")[0])) if args.part else (
+                    args.shards, None)
+                figures = sweep(base / kind / phase, cache, args.device, shards, {"COMPILE_CI_OPS_SCOPE": "all"},
+                                [], args.select, only)
             else:
                 figures = sweep(base / kind / phase, cache, args.device, 1,
                                 {"COMPILE_CI_BENCH_LOWERING": args.aimed_lowering}, ["bench.ops_patch"], None)
