@@ -35,10 +35,16 @@ class Aim:
     families: frozenset[str] = frozenset()  # the changed entries' families: ops routed through one are touched
     reasons: tuple[str, ...] = ()  # what changed, one line each, for the report
     shard: tuple[int, int] = (1, 1)
+    changed_everything: bool = False  # a change could touch any op (not only the scope asking for every op)
 
     def touches(self, families: Iterable[str], unknown: bool) -> bool:
         """Whether a case routed through ``families`` is in scope (an unknown route always is)."""
         return self.everything or unknown or not self.families.isdisjoint(families)
+
+    def changed(self, families: Iterable[str], unknown: bool) -> bool:
+        """Whether the repository changed anything a case routed through ``families`` goes through: if not, the case
+        runs stock torch's path (it is in scope only because the scope is every op)."""
+        return self.changed_everything or unknown or not self.families.isdisjoint(families)
 
     def in_shard(self, op_name: str) -> bool:
         index, count = self.shard
@@ -83,9 +89,10 @@ def decide(baseline: Baseline, environ: Mapping[str, str] = os.environ) -> Aim:
             everything.append(f"{line}: not an ATen operator, so no op can be aimed at")
         else:
             families.add(family)
+    changed_everything = bool(everything)
     if scope == "all":
         everything.insert(0, f"{SCOPE_ENV}=all")
-    return Aim(bool(everything), frozenset(families), tuple(everything + reasons), shard)
+    return Aim(bool(everything), frozenset(families), tuple(everything + reasons), shard, changed_everything)
 
 
 def _is_installed_torch(environ: Mapping[str, str]) -> bool:

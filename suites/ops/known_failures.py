@@ -46,7 +46,15 @@ _REMAINDER = "inductor's CPU float remainder loses the quotient's precision for 
 _REMAINDER_CUDA = "inductor's CUDA float remainder loses the quotient's precision for |a / b| beyond 2^24"
 _REMAINDER_INF = "inductor's CUDA float remainder of inf by inf is inf, ATen's is nan"
 
+# Found by a sixteenth of the CPU sweep on stock torch 2.13 (bench/ops_sweep.py --part 1/16): the samples of each
+# case that differ; a case's other samples still count.
+_LINSPACE = ("inductor's linspace with tensor start and end gives other values than ATen's at some points in "
+             "bfloat16 (-0.04077 for -0.03906) and int64 (4 for 3)")
+_STD_MEAN_EMPTY = "inductor's std_mean of an empty tensor gives mean 0.0 where ATen's is nan"
+
 KNOWN: tuple[Known, ...] = (
+    Known("linspace.tensor_overload", ("bfloat16", "int64"), CPU, ("2.13",), _LINSPACE),
+    Known("std_mean.unbiased", ("float32", "bfloat16"), CPU, ("2.13",), _STD_MEAN_EMPTY),
     Known("remainder", ("float32", "bfloat16"), CPU, ("2.13",), _REMAINDER, samples=(16,)),
     Known("remainder", ("float32",), CUDA, ("2.11",), _REMAINDER_CUDA, samples=(16, 63)),
     Known("remainder", ("float32",), CUDA, ("2.11",), _REMAINDER_INF, samples=(45, 92)),

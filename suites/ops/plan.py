@@ -20,6 +20,9 @@ class Plan:
     run: list[catalog.OpCase] = field(default_factory=list)
     not_compiled: dict[str, list[str]] = field(default_factory=dict)  # reason -> case ids inductor does not compile
     not_aimed: int = 0  # cases in scope of inductor that the change does not touch
+    # Run only because the scope is every op: the change touches nothing on their route, so a failure there is
+    # stock torch's (upstream), reported as such, never this repository's red.
+    stock_path: set[str] = field(default_factory=set)
     other_shards: int = 0
     problem: str = ""  # why nothing could be planned (an unusable torch, a malformed variable)
     compiler_targets: list[targets.DeclaredCallable | targets.TargetError] = field(default_factory=list)
@@ -87,6 +90,8 @@ def plan(device: str) -> Plan:
         # An op is touched in every dtype when any dtype's route meets a changed family: dtypes can take
         # different paths through the same decomposition, and one sample per dtype is what was traced.
         touched = any(result.aim.touches(route.families, bool(route.problem)) for _case, route in compiled)
+        if touched and not any(result.aim.changed(route.families, bool(route.problem)) for _case, route in compiled):
+            result.stock_path.update(case.test_id for case, _route in compiled)
         if not touched:
             result.not_aimed += len(compiled)
         elif not result.aim.in_shard(name):

@@ -128,5 +128,17 @@ def test_what_could_touch_any_op_aims_at_every_op(monkeypatch: pytest.MonkeyPatc
     assert switched.everything and any("max_autotune" in reason for reason in switched.reasons), switched
     assert with_pass.everything and any("a pass can rewrite" in reason for reason in with_pass.reasons), with_pass
     assert overridden.everything and "codegen override CppOverrides.sin changed" in " ".join(overridden.reasons)
-    assert aim.decide(baseline, {"COMPILE_CI_OPS_SCOPE": "all"}).everything
+    assert switched.changed_everything and with_pass.changed_everything and overridden.changed_everything
+    every_op = aim.decide(baseline, {"COMPILE_CI_OPS_SCOPE": "all"})
+    assert every_op.everything and not every_op.changed_everything  # the scope asked: nothing was changed
     assert aim.decide(baseline, {}) == aim.Aim(False), "every change undone"
+
+
+def test_on_a_sweep_of_every_op_only_a_changed_path_can_turn_red() -> None:
+    """On the default branch every op runs; a case whose route meets nothing the repository changed runs stock
+    torch's path, so its failure is upstream (an expected failure that says so), never the repository's red."""
+    changed_reciprocal = aim.Aim(True, frozenset({"aten.reciprocal"}))
+    assert changed_reciprocal.changed({"aten.reciprocal", "aten.mul"}, unknown=False)
+    assert not changed_reciprocal.changed({"aten.sin"}, unknown=False)
+    assert changed_reciprocal.changed({"aten.sin"}, unknown=True)  # a route not known: it may go anywhere
+    assert aim.Aim(True, changed_everything=True).changed({"aten.sin"}, unknown=False)
