@@ -51,9 +51,13 @@ def _base_run(ctx: WorkerContext, run: Run, config_text: str) -> Run:
                  pr_number=None, branch="", head_sha=run.base_sha or "", sender="", gate=gate,
                  config_text=config_text)
     base, created = ctx.store.create_run_if_absent(new)
-    if created or base.state == RunState.PLANNING:
-        log.info("run %s: base run %s at %s", run.id, base.id, new.head_sha[:12])
-        ctx.queue.plan_run(base.id)
-    else:
-        log.info("run %s: reusing base run %s at %s", run.id, base.id, new.head_sha[:12])
+    log.info("run %s: %s base run %s at %s", run.id, "new" if created else "reusing", base.id, new.head_sha[:12])
     return base
+
+
+def plan_base(ctx: WorkerContext, run: Run) -> None:
+    """Ask for the planning of the pull request run's base run, if it still needs it: sent after the pull request's
+    own jobs are queued, so an idle worker starts on them, not on the base (the reaper resends a lost message)."""
+    base = ctx.store.get_run(run.base_run_id) if run.base_run_id else None
+    if base is not None and base.trigger == BASE_TRIGGER and base.state == RunState.PLANNING:
+        ctx.queue.plan_run(base.id)

@@ -54,6 +54,9 @@ def plan_run(ctx: WorkerContext, run_id: str, retry_of: int | None = None) -> No
             reporting.report_job(ctx, job.id)
         if job.state == JobState.QUEUED:
             ctx.queue.run_job(job.id, job_queue(job.suite, job.device))
+    current = ctx.store.get_run(run.id)
+    if current is not None:
+        base_runs.plan_base(ctx, current)
 
 
 def dropped(ctx: WorkerContext, run: Run) -> bool:
