@@ -106,7 +106,9 @@ def install_worker(app: Celery, settings: Settings, store: Store) -> None:
         logs.bind(task=name)
         if name in (RUN_JOB, REPORT_JOB) and args:
             job = store.get_job(str(args[0]))
-            logs.bind(job_id=str(args[0]), run_id=job.run_id if job else None, attempt=job.attempt if job else None)
+            logs.bind(job_id=str(args[0]), run_id=job.run_id if job else None)
+            if name == REPORT_JOB and job is not None:
+                logs.bind(attempt=job.attempt)  # the attempt being reported; a run's attempt is bound once it starts
         elif name == PLAN_RUN and args:
             logs.bind(run_id=str(args[0]))
 

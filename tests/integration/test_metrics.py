@@ -47,9 +47,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, dic
             # Two workers on one host need two ports; in a deployment each pod or container has its own address.
             spawn = running._spawn  # noqa: SLF001 - the sandbox's own process bookkeeping, with an extra variable
             procs = {
-                "worker-github": spawn("worker-github", [*worker, "-Q", "github", "-P", "threads", "-c", "4"],
+                "worker-github": spawn("worker-github", [*worker, "-Q", "github", "-P", "threads", "-c", "4",
+                                                        "-n", "github@%h"],
                                        {"COMPILE_CI_METRICS_PORT": str(ports["worker-github"])}),
-                "worker-cpu": spawn("worker-cpu", [*worker, "-Q", "cpu", "-c", "1"],
+                "worker-cpu": spawn("worker-cpu", [*worker, "-Q", "cpu", "-c", "1", "-n", "cpu@%h"],
                                     {"COMPILE_CI_METRICS_PORT": str(ports["worker-cpu"])}),
             }
             for name, proc in procs.items():
@@ -174,6 +175,8 @@ def test_one_job_is_followed_from_its_delivery_through_the_workers_in_json_logs(
     cpu = [line for line in json_lines(running.root / "worker-cpu.log") if line.get("job_id") == job_id]
     assert cpu, "the cpu worker logged nothing about the job"
     run_id = cpu[0]["run_id"]
+    # Lines before the runner takes the job carry no attempt (it is not known yet); every later one carries 1.
+    assert [line for line in cpu if "attempt" in line], "no line names the attempt"
     assert all(line["run_id"] == run_id and line["attempt"] == 1 for line in cpu if "attempt" in line)
     assert any("compile_ci.run_job" in line.get("task", "") for line in cpu)
     web = [line for line in json_lines(running.root / "web.log") if line.get("run_id") == run_id]
