@@ -20,7 +20,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, dict[str, Any]]]:
-    with Stack(tmp_path_factory.mktemp("stack")) as stack:
+    # Two cpu slots, so each head's correctness job runs as two shards side by side (as on a deployment with two).
+    with Stack(tmp_path_factory.mktemp("stack"), cpu_slots=2) as stack:
         repo, _pulls = open_sample_pull_requests(stack)
         # The jobs' own words: a run judged before its base finished says so, and is not waited for (the base run
         # is a full correctness job; the sandbox command itself waits for it).

@@ -67,8 +67,10 @@ class Stack:
 
     def __init__(self, root: Path, *, devices: str = "cpu", web_workers: int = 2, workers: bool = True,
                  web_threads: int = DEFAULT_THREADS, cuda_workers: int = 1, database_url: str = "",
-                 front: bool = False) -> None:
+                 front: bool = False, cpu_slots: int = 1) -> None:
         self.root = root
+        # Jobs the cpu worker runs at once; with more than one, a job runs as shards across them.
+        self.cpu_slots = cpu_slots
         # nginx in front of gunicorn, as deployed (service/web/front.py); web_url is then nginx's.
         self.front = front
         self._front_dir: Path | None = None
@@ -176,7 +178,7 @@ class Stack:
                   "--without-gossip"]
         # Reports never wait behind a long job: the github queue has its own (threaded) worker.
         self._spawn("worker-github", [*worker, "-Q", "github", "-P", "threads", "-c", "4", "-n", "github@%h"])
-        self._spawn("worker-cpu", [*worker, "-Q", "cpu", "-c", "1", "-n", "cpu@%h"])
+        self._spawn("worker-cpu", [*worker, "-Q", "cpu", "-c", str(self.cpu_slots), "-n", "cpu@%h"])
         if "cuda" in self.devices.split(","):
             for index in range(self.cuda_workers):
                 pinned = {"COMPILE_CI_GPUS": str(index)} if self.cuda_workers > 1 else {}
