@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from types import TracebackType
 
 from service.jobs.context import Leases
@@ -64,6 +65,23 @@ def orphaned_jobs(claims: Leases) -> Callable[[str], bool]:
         return holder is None or held_by_a_dead_process_here(holder)
 
     return orphaned
+
+
+ALIVE, OVERDUE, JUST_LAPSED, LAPSED = "alive", "overdue", "just lapsed", "lapsed"
+
+
+def running_state(claims: Leases, lease_id: str, attempt: int, since: datetime, limit_s: float,
+                  now: datetime) -> str:
+    """What the reaper makes of a running job or shard: ALIVE (its lease is held, within its time limit + grace:
+    `limit_s`), OVERDUE (held past it), JUST_LAPSED (no lease, first seen so: a worker whose lease vanished with Redis
+    renews it by the next pass, so nothing is done yet) or LAPSED (no lease on two passes: its worker is gone)."""
+    if claims.lease_holder(lease_id) is not None:
+        return ALIVE if since + timedelta(seconds=limit_s) > now else OVERDUE
+    seen_lapsed = f"lease-lapsed:{lease_id}:{attempt}"
+    if claims.recall(seen_lapsed) is None:
+        claims.remember(seen_lapsed, now.isoformat())
+        return JUST_LAPSED
+    return LAPSED
 
 
 def held_by_a_dead_process_here(holder: str) -> bool:

@@ -21,7 +21,14 @@ from datetime import datetime, timedelta
 from service.celery_app import PLAN_RUN, RUN_JOB, all_queues
 from service.jobs import lifecycle, outbox, shard_reaper
 from service.jobs.context import WorkerContext
-from service.jobs.lease import LEASE_TTL_S, held_by_a_dead_process_here
+from service.jobs.lease import (
+    ALIVE,
+    JUST_LAPSED,
+    LEASE_TTL_S,
+    OVERDUE,
+    held_by_a_dead_process_here,
+    running_state,
+)
 from service.jobs.lifecycle import JobState, RunState
 from service.jobs.planning import job_queue
 from service.store import Job, Run, utcnow
@@ -106,17 +113,14 @@ def _planning(ctx: WorkerContext, run: Run, now: datetime, planning: set[str]) -
 
 
 def _running(ctx: WorkerContext, job: Job, now: datetime) -> str | None:
-    if ctx.claims.lease_holder(job.id) is not None:
-        since = job.started_at or job.queued_at
-        if since + timedelta(seconds=job.timeout_s + ctx.settings.reaper_grace_seconds) > now:
-            return None
+    limit_s = job.timeout_s + ctx.settings.reaper_grace_seconds
+    state = running_state(ctx.claims, job.id, job.attempt, job.started_at or job.queued_at, limit_s, now)
+    if state in (ALIVE, JUST_LAPSED):
+        return None
+    if state == OVERDUE:
         # Its worker is alive but the runner did not stop it at the time limit: ask it to.
         lifecycle.cancel(ctx.store, job.id, "Stopped by the reaper: still running long after its time limit.")
         return f"{job.id}: alive past its time limit; asked its runner to stop"
-    seen_lapsed = f"lease-lapsed:{job.id}:{job.attempt}"
-    if ctx.claims.recall(seen_lapsed) is None:
-        ctx.claims.remember(seen_lapsed, now.isoformat())
-        return None
     if job.infra_failures == 0:
         if lifecycle.requeue_lost(ctx.store, job, "Retrying: its worker was lost"):
             ctx.queue.run_job(job.id, job_queue(job.suite, job.device), first=True)

@@ -16,7 +16,14 @@ from datetime import datetime, timedelta
 from service.celery_app import RUN_SHARD
 from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
-from service.jobs.lease import LEASE_TTL_S, held_by_a_dead_process_here
+from service.jobs.lease import (
+    ALIVE,
+    JUST_LAPSED,
+    LEASE_TTL_S,
+    OVERDUE,
+    held_by_a_dead_process_here,
+    running_state,
+)
 from service.jobs.lifecycle import JobState
 from service.store import Job, Shard
 from service.store.shards import shards_in_state, shards_of
@@ -65,16 +72,13 @@ def recover_shards_of_dead_workers_here(ctx: WorkerContext) -> list[str]:
 
 
 def _running(ctx: WorkerContext, job: Job, shard: Shard, now: datetime) -> str | None:
-    if ctx.claims.lease_holder(shard.id) is not None:
-        since = shard.started_at or shard.queued_at
-        if since + timedelta(seconds=job.timeout_s + ctx.settings.reaper_grace_seconds) > now:
-            return None
+    limit_s = job.timeout_s + ctx.settings.reaper_grace_seconds
+    state = running_state(ctx.claims, shard.id, shard.attempt, shard.started_at or shard.queued_at, limit_s, now)
+    if state in (ALIVE, JUST_LAPSED):
+        return None
+    if state == OVERDUE:
         lifecycle.cancel(ctx.store, job.id, "Stopped by the reaper: a shard still ran long after its time limit.")
         return f"{shard.id}: alive past its time limit; asked its job's shards to stop"
-    seen_lapsed = f"lease-lapsed:{shard.id}:{shard.attempt}"
-    if ctx.claims.recall(seen_lapsed) is None:
-        ctx.claims.remember(seen_lapsed, now.isoformat())
-        return None
     if shard.infra_failures == 0:
         if lifecycle.requeue_lost_shard(ctx.store, shard):
             ctx.queue.run_shard(shard.id, job.device, first=True)
