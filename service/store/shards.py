@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.exc import IntegrityError
 
 from service.store.rows import Job, Run, Shard, TestRecord, TestResult
 from service.store.store import Store
@@ -17,17 +16,7 @@ HISTORY_JOBS = 6  # the newest finished jobs of a suite and device whose duratio
 
 def add_shards_if_absent(store: Store, shards: Iterable[Shard]) -> None:
     """A retried fan-out (its worker died after the first insert) adds only what is missing."""
-    pending = list(shards)
-    for attempt in range(3):
-        try:
-            with store.session() as s:
-                for shard in pending:
-                    if s.get(Shard, shard.id) is None:
-                        s.add(shard)
-            return
-        except IntegrityError:  # another worker inserted one between our read and our commit
-            if attempt == 2:
-                raise
+    store.add_if_absent(Shard, shards)
 
 
 def get_shard(store: Store, shard_id: str) -> Shard | None:

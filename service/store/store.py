@@ -139,13 +139,18 @@ class Store:
     def add_jobs_if_absent(self, jobs: Iterable[Job]) -> None:
         """Insert the jobs no row has yet. Two workers can plan the same job at the same moment (two pull requests
         sharing one base run): the later commit fails as a whole, and then inserts what is still absent."""
-        pending = list(jobs)
+        self.add_if_absent(Job, jobs)
+
+    def add_if_absent(self, model: type[Row], rows: Iterable[Row]) -> None:
+        """Insert the rows (of `model`, keyed by `id`) no row has yet; a commit beaten by another worker's insert
+        is tried again with what is still absent."""
+        pending = list(rows)
         for attempt in range(3):
             try:
                 with self.session() as s:
-                    for job in pending:
-                        if s.get(Job, job.id) is None:
-                            s.add(job)
+                    for row in pending:
+                        if s.get(model, row.id) is None:
+                            s.add(row)
                 return
             except IntegrityError:
                 if attempt == 2 or self.in_unit_of_work():
