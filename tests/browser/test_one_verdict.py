@@ -17,7 +17,7 @@ from playwright import sync_api
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import push_event
-from service.devkit.sandbox.sample_repo import commit_file
+from service.devkit.sandbox.sample_repo import commit_file, init_repo
 from service.devkit.sandbox.stack import INSTALLATION_ID
 from service.store import Store, job_id_of_external
 from tests.browser.test_layout import chromium  # noqa: F401 - fixture
@@ -61,11 +61,8 @@ CASES = {  # pull request: (file it changes, content, conclusion, title, {test: 
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     path = tmp_path / "repos" / FULL_NAME
-    path.mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
-    commit_file(path, "main", "verdict.txt", "pass\n", "base")
-    commit_file(path, "main", "broken.txt", "yes\n", "a test broken on main")
-    commit_file(path, "main", ".compile-ci.toml", '[suites]\ndevices = ["cpu"]\n', "cpu only")
+    init_repo(path, {"verdict.txt": "pass\n", "broken.txt": "yes\n",  # a test broken on main too
+                     ".compile-ci.toml": '[suites]\ndevices = ["cpu"]\n'})
     return path
 
 

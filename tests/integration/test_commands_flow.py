@@ -6,7 +6,6 @@ torch-free suite -> the strict fake GitHub, which records check runs, comments a
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
 import time
@@ -21,7 +20,7 @@ from celery.contrib.testing.worker import start_worker
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import check_run_event, issue_comment_event, pull_request_event, signed
-from service.devkit.sandbox.sample_repo import commit_file
+from service.devkit.sandbox.sample_repo import commit_file, init_repo
 from service.devkit.sandbox.stack import APP_ID, INSTALLATION_ID
 from service.jobs.tasks import create_worker_celery
 from service.web.app import create_app
@@ -66,10 +65,7 @@ def settings(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys:
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     path = tmp_path / "repos" / FULL_NAME
-    path.mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
-    commit_file(path, "main", "verdict.txt", "pass\n", "base")
-    commit_file(path, "main", ".compile-ci.toml", '[suites]\ndevices = ["cpu", "cuda"]\n', "both devices")
+    init_repo(path, {"verdict.txt": "pass\n", ".compile-ci.toml": '[suites]\ndevices = ["cpu", "cuda"]\n'})
     return path
 
 

@@ -20,7 +20,7 @@ from celery.contrib.testing.worker import start_worker
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, signed
-from service.devkit.sandbox.sample_repo import commit_file
+from service.devkit.sandbox.sample_repo import commit_file, init_repo
 from service.devkit.sandbox.stack import INSTALLATION_ID
 from service.jobs.tasks import create_worker_celery
 from service.store import Store, job_id_of_external
@@ -48,12 +48,7 @@ def test_skipped_on_purpose():
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     path = tmp_path / "repos" / FULL_NAME
-    path.mkdir(parents=True)
-    import subprocess
-
-    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
-    commit_file(path, "main", "verdict.txt", "pass\n", "base")
-    commit_file(path, "main", ".compile-ci.toml", '[suites]\ndevices = ["cpu"]\n', "cpu only")
+    init_repo(path, {"verdict.txt": "pass\n", ".compile-ci.toml": '[suites]\ndevices = ["cpu"]\n'})
     return path
 
 

@@ -144,6 +144,13 @@ def create_sample_repo(path: Path) -> SampleRepo:
     return SampleRepo(path, base, shas[0], shas[1])
 
 
+def init_repo(path: Path, files: dict[str, str]) -> str:
+    """A new repository at `path` (made if absent) whose main branch commits `files` one by one; its head sha."""
+    path.mkdir(parents=True, exist_ok=True)
+    _git(path, "init", "-q", "-b", "main")
+    return [commit_file(path, "main", relative, text, f"add {relative}") for relative, text in files.items()][-1]
+
+
 def commit_file(repo: Path, branch: str, relative: str, text: str, message: str) -> str:
     """Commit one file on `branch` (created from main when new); returns the new head sha."""
     current = _git(repo, "symbolic-ref", "--short", "HEAD")
