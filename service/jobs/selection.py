@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from runners.untrusted_files import read_bounded
-from suites.sharding import NOT_AFFECTED_ENV, SELECTION_FILE, SHARD_ENV, encode_plan
+from suites.shard_plan import NOT_AFFECTED_ENV, SELECTION_FILE, SHARD_ENV, encode_plan
 
 MAX_SELECTION_BYTES = 16 * 1024 * 1024
 MAX_TESTS = 200_000  # junit's own cap (service/jobs/junit.py)

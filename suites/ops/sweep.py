@@ -8,6 +8,7 @@ cause it. Each graph starts from a reset dynamo, so no recompile limit can quiet
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -118,6 +119,13 @@ def _float64_run(case: catalog.OpCase, device: str, sample: Any) -> comparison.R
     return run
 
 
+_COMPILER_ERROR = re.compile(r"(?:internal compiler )?error: .*")
+
+
 def _first_lines(exc: BaseException) -> str:
+    """The exception's first lines and, for a C++ compile error, the compiler's own error lines (which come after
+    the command line inductor ran): what went wrong, not only that it did."""
     text = str(exc).strip().splitlines()
-    return " ".join(text[:3])[:600] if text else ""
+    errors = [m.group(0).strip() for line in text if (m := _COMPILER_ERROR.search(line))][:2]
+    head = " ".join(text[:2] if errors else text[:3])
+    return (head + (" … " + " … ".join(errors) if errors else ""))[:600]

@@ -14,7 +14,7 @@ from service.jobs.selection import MAX_PLAN_ENV, SelectionFile, fitted_durations
 from service.jobs.shard_merge import disagreement_of, kind_of, merged_outcome
 from service.jobs.shard_plan import shard_count
 from service.store import Shard, TestRecord
-from suites.sharding import SHARD_ENV, decode_plan, split
+from suites.shard_plan import SHARD_ENV, decode_plan, split
 
 
 def test_longest_first_onto_the_least_loaded_shard() -> None:
