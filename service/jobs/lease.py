@@ -16,9 +16,12 @@ from datetime import datetime, timedelta
 from types import TracebackType
 
 from service.jobs.context import Leases
+from service.store import Job, Shard
 
 log = logging.getLogger(__name__)
 LEASE_TTL_S = 15
+# A job's or shard's first message is sent right after its row is written: give it this long to show up in the broker.
+MESSAGE_IN_FLIGHT = timedelta(seconds=2 * LEASE_TTL_S)
 
 
 class LeaseKeeper:
@@ -70,14 +73,14 @@ def orphaned_jobs(claims: Leases) -> Callable[[str], bool]:
 ALIVE, OVERDUE, JUST_LAPSED, LAPSED = "alive", "overdue", "just lapsed", "lapsed"
 
 
-def running_state(claims: Leases, lease_id: str, attempt: int, since: datetime, limit_s: float,
-                  now: datetime) -> str:
-    """What the reaper makes of a running job or shard: ALIVE (its lease is held, within its time limit + grace:
-    `limit_s`), OVERDUE (held past it), JUST_LAPSED (no lease, first seen so: a worker whose lease vanished with Redis
-    renews it by the next pass, so nothing is done yet) or LAPSED (no lease on two passes: its worker is gone)."""
-    if claims.lease_holder(lease_id) is not None:
-        return ALIVE if since + timedelta(seconds=limit_s) > now else OVERDUE
-    seen_lapsed = f"lease-lapsed:{lease_id}:{attempt}"
+def running_state(claims: Leases, row: Job | Shard, limit_s: float, now: datetime) -> str:
+    """What the reaper makes of a running job or shard (its lease has the row's id): ALIVE (its lease is held,
+    within its time limit + grace: `limit_s`), OVERDUE (held past it), JUST_LAPSED (no lease, first seen so: a worker
+    whose lease vanished with Redis renews it by the next pass, so nothing is done yet) or LAPSED (no lease on two
+    passes: its worker is gone)."""
+    if claims.lease_holder(row.id) is not None:
+        return ALIVE if (row.started_at or row.queued_at) + timedelta(seconds=limit_s) > now else OVERDUE
+    seen_lapsed = f"lease-lapsed:{row.id}:{row.attempt}"
     if claims.recall(seen_lapsed) is None:
         claims.remember(seen_lapsed, now.isoformat())
         return JUST_LAPSED

@@ -19,16 +19,9 @@ import logging
 from datetime import datetime, timedelta
 
 from service.celery_app import PLAN_RUN, RUN_JOB, all_queues
-from service.jobs import lifecycle, outbox, shard_reaper
+from service.jobs import lease, lifecycle, outbox, shard_reaper
 from service.jobs.context import WorkerContext
-from service.jobs.lease import (
-    ALIVE,
-    JUST_LAPSED,
-    LEASE_TTL_S,
-    OVERDUE,
-    held_by_a_dead_process_here,
-    running_state,
-)
+from service.jobs.lease import MESSAGE_IN_FLIGHT, held_by_a_dead_process_here
 from service.jobs.lifecycle import JobState, RunState
 from service.jobs.planning import job_queue
 from service.store import Job, Run, utcnow
@@ -36,8 +29,6 @@ from service.store.rows import INTERNAL_TRIGGERS
 
 log = logging.getLogger(__name__)
 REPORT_AGAIN_AFTER = timedelta(seconds=30)
-# A job's first message is sent right after its row is written: give it this long to show up in the broker.
-MESSAGE_IN_FLIGHT = timedelta(seconds=2 * LEASE_TTL_S)
 MAX_REPLANS = 3
 # A scheduled planning retry runs at its time give or take a busy worker; one this late had its message lost (a Redis
 # restart). Sent again too early, it only makes a second try of the same number, which counts once.
@@ -114,10 +105,10 @@ def _planning(ctx: WorkerContext, run: Run, now: datetime, planning: set[str]) -
 
 def _running(ctx: WorkerContext, job: Job, now: datetime) -> str | None:
     limit_s = job.timeout_s + ctx.settings.reaper_grace_seconds
-    state = running_state(ctx.claims, job.id, job.attempt, job.started_at or job.queued_at, limit_s, now)
-    if state in (ALIVE, JUST_LAPSED):
+    state = lease.running_state(ctx.claims, job, limit_s, now)
+    if state in (lease.ALIVE, lease.JUST_LAPSED):
         return None
-    if state == OVERDUE:
+    if state == lease.OVERDUE:
         # Its worker is alive but the runner did not stop it at the time limit: ask it to.
         lifecycle.cancel(ctx.store, job.id, "Stopped by the reaper: still running long after its time limit.")
         return f"{job.id}: alive past its time limit; asked its runner to stop"

@@ -11,25 +11,17 @@
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from service.celery_app import RUN_SHARD
-from service.jobs import lifecycle
+from service.jobs import lease, lifecycle
 from service.jobs.context import WorkerContext
-from service.jobs.lease import (
-    ALIVE,
-    JUST_LAPSED,
-    LEASE_TTL_S,
-    OVERDUE,
-    held_by_a_dead_process_here,
-    running_state,
-)
+from service.jobs.lease import MESSAGE_IN_FLIGHT, held_by_a_dead_process_here
 from service.jobs.lifecycle import JobState
 from service.store import Job, Shard
 from service.store.shards import shards_in_state, shards_of
 
 log = logging.getLogger(__name__)
-MESSAGE_IN_FLIGHT = timedelta(seconds=2 * LEASE_TTL_S)
 
 
 def reap_shards(ctx: WorkerContext, now: datetime, pending: list[tuple[str, str]]) -> list[str]:
@@ -73,10 +65,10 @@ def recover_shards_of_dead_workers_here(ctx: WorkerContext) -> list[str]:
 
 def _running(ctx: WorkerContext, job: Job, shard: Shard, now: datetime) -> str | None:
     limit_s = job.timeout_s + ctx.settings.reaper_grace_seconds
-    state = running_state(ctx.claims, shard.id, shard.attempt, shard.started_at or shard.queued_at, limit_s, now)
-    if state in (ALIVE, JUST_LAPSED):
+    state = lease.running_state(ctx.claims, shard, limit_s, now)
+    if state in (lease.ALIVE, lease.JUST_LAPSED):
         return None
-    if state == OVERDUE:
+    if state == lease.OVERDUE:
         lifecycle.cancel(ctx.store, job.id, "Stopped by the reaper: a shard still ran long after its time limit.")
         return f"{shard.id}: alive past its time limit; asked its job's shards to stop"
     if shard.infra_failures == 0:
