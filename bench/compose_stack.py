@@ -8,6 +8,7 @@ Slow (image builds, a cold compile cache), so a script rather than a test: `pyth
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runners.docker_container import DEPLOYMENT_LABEL
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.main import (
     CHECK_RUNS,
@@ -123,6 +125,13 @@ def main() -> int:
         if not ok:
             compose("logs", "--tail", "60")
         compose("down", "-v")
+        # The job containers are the workers' (DockerRunner), not compose's: a worker stopped mid-job leaves its
+        # containers running until their deadline, so remove this deployment's.
+        deployment = hashlib.sha256(settings["COMPILE_CI_DATABASE_URL"].encode()).hexdigest()[:12]
+        left = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={DEPLOYMENT_LABEL}={deployment}"],
+                              capture_output=True, text=True, check=False).stdout.split()
+        if left:
+            subprocess.run(["docker", "rm", "-f", *left], capture_output=True, check=False)
         emulator.stop()
         subprocess.run(["rm", "-rf", str(root)], check=False)
     return 0 if ok else 1
