@@ -8,8 +8,13 @@ cause it. Each graph starts from a reset dynamo, so no recompile limit can quiet
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Callable
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,8 +49,17 @@ def run_case(case: catalog.OpCase, device: str, tolerance_of: Callable[[torch.dt
     accepted = [index for index, sample in enumerate(samples) if _eager_accepts(fn, sample)]
     outcomes: dict[int, tuple[Any, Any] | str] = {}  # index -> (eager, compiled), or why compiling failed
     graphs_before = internals.graph_count()
-    for start in range(0, len(accepted), BATCH):
-        _run_batch(fn, samples, accepted[start:start + BATCH], outcomes)
+    budget_s = case_budget_s()
+    try:
+        with _time_limit(budget_s):
+            for start in range(0, len(accepted), BATCH):
+                _run_batch(fn, samples, accepted[start:start + BATCH], outcomes)
+    except _OverBudget:
+        internals.reset_dynamo()  # the interrupted compile left nothing to reuse
+        left = [index for index in accepted if index not in outcomes]
+        outcomes.update({index: (f"not judged: the case's {budget_s:g} s budget ({CASE_SECONDS_ENV}) ran out with "
+                                 f"{len(left)} of {len(accepted)} samples left, compiling or running them")
+                         for index in left})
     graphs = internals.graph_count() - graphs_before
     failures = []
     values_matter = not getattr(case.op, "skip_correctness_check_compile_vs_eager", False)
@@ -61,6 +75,48 @@ def run_case(case: catalog.OpCase, device: str, tolerance_of: Callable[[torch.dt
         if problem:
             failures.append(SampleFailure(index, catalog.describe_sample(samples[index]), problem))
     return CaseRun(len(samples), len(accepted), graphs, tuple(failures))
+
+
+CASE_SECONDS_ENV = "COMPILE_CI_OPS_CASE_SECONDS"
+DEFAULT_CASE_SECONDS = 180.0  # cases average ~4 s on 2 cores; the slowest compiles (unrolled pooling) take 10+ min
+
+
+def case_budget_s() -> float:
+    """Seconds one (op, dtype) case may take, compiling and running every sample: a compile that takes longer is
+    reported on its samples instead of holding the whole job until its time limit. 0 turns the limit off."""
+    try:
+        return max(0.0, float(os.environ.get(CASE_SECONDS_ENV, DEFAULT_CASE_SECONDS)))
+    except ValueError:
+        return DEFAULT_CASE_SECONDS
+
+
+class _OverBudget(BaseException):
+    """Raised by the timer: a BaseException, so that no `except Exception` inside torch takes it for the op's."""
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """SIGALRM after `seconds`, raising _OverBudget; an outer timer (pytest-timeout's, say) that would fire first
+    is left alone, and one that fires later is given back its remaining time and its handler afterwards."""
+    outer_delay, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    if seconds <= 0 or threading.current_thread() is not threading.main_thread() or 0 < outer_delay <= seconds:
+        yield
+        return
+
+    def expired(_signum: int, _frame: object) -> None:
+        raise _OverBudget
+
+    started = time.monotonic()
+    outer = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, outer)
+        if outer_delay > 0:
+            left = max(outer_delay - (time.monotonic() - started), 1e-3)
+            signal.setitimer(signal.ITIMER_REAL, left, outer_interval)
 
 
 def _eager_accepts(fn: Callable[..., Any], sample: Any) -> bool:
