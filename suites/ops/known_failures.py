@@ -52,7 +52,24 @@ _LINSPACE = ("inductor's linspace with tensor start and end gives other values t
              "bfloat16 (-0.04077 for -0.03906) and int64 (4 for 3)")
 _STD_MEAN_EMPTY = "inductor's std_mean of an empty tensor gives mean 0.0 where ATen's is nan"
 
+# Found by sixteenths 2 to 16 of the CPU sweep on stock torch 2.13 (2026-11-26, AVX-512 host without AMX).
+_GRID_SAMPLE = ("inductor's grid_sample decomposition computes source coordinates in another order than ATen's CPU "
+                "kernel: bilinear results differ by up to 1e-2 at inputs of 100-250 (both are that far from "
+                "float64), and nearest rounds a coordinate at .5 to the other neighbour")
+_GRID_SAMPLE_BF16 = ("ATen's bfloat16 bicubic grid_sample on CPU is wrong at one element (-9.81 where float64 gives "
+                     "-0.00076; inductor's -0.00084)")
+_SIGNBIT_BF16 = ("GCC 12 (Debian 12's, the runner image's compiler) stops with an internal compiler error "
+                 "(unrecognizable insn, in extract_insn) on inductor's vectorised signbit of a non-contiguous "
+                 "bfloat16 tensor")
+_VAR_MEAN_EMPTY = "inductor's var_mean of an empty tensor gives mean 0.0 where ATen's is nan"
+
 KNOWN: tuple[Known, ...] = (
+    Known("nn.functional.grid_sample", ("float32",), CPU, ("2.13",), _GRID_SAMPLE,
+          samples=(0, 1, 2, 3, 4, 5, 8, 10, 12, 13, 14, 15, 16, 17)),
+    Known("nn.functional.grid_sample", ("bfloat16",), CPU, ("2.13",), _GRID_SAMPLE_BF16,
+          samples=(12, 13, 14, 15, 16, 17)),
+    Known("signbit", ("bfloat16",), CPU, ("2.13",), _SIGNBIT_BF16, samples=(22, 26, 27, 29, 30, 31, 32, 33, 34)),
+    Known("var_mean", ("float32", "bfloat16"), CPU, ("2.13",), _VAR_MEAN_EMPTY, samples=(14, 15)),
     Known("linspace.tensor_overload", ("bfloat16", "int64"), CPU, ("2.13",), _LINSPACE),
     Known("std_mean.unbiased", ("float32", "bfloat16"), CPU, ("2.13",), _STD_MEAN_EMPTY),
     Known("remainder", ("float32", "bfloat16"), CPU, ("2.13",), _REMAINDER, samples=(16,)),
