@@ -4,6 +4,7 @@ OpInfos declare tolerances per test (``DecorateInfo(toleranceOverride(...), "Tes
 "test_comprehensive")``) or for every test (a bare ``precisionOverride``). The sweep compares what PyTorch's own
 inductor OpInfo test compares, so its declarations come first, then those of the decomposition test (the same
 question: a rewritten op against eager), then those that apply to every test; otherwise assert_close's defaults.
+A declaration only ever loosens the default, atol and rtol each (as it was written to: for PyTorch's own test).
 """
 
 from __future__ import annotations
@@ -48,8 +49,10 @@ def _for_dtype(op: Any, device: str, dtype: torch.dtype) -> Tolerance:
         if declared is not None:
             declared_atol, declared_rtol = declared
             where = f"{cls_name}.{test_name}" if cls_name else "every test"
-            return Tolerance(declared_atol, rtol if declared_rtol is None else declared_rtol,
-                             f"declared by the OpInfo for {where}")
+            # A declaration loosens what PyTorch's test checks on its (small) sample inputs; `atol=1e-4, rtol=0` is
+            # not meant to be stricter than the default at the reference inputs' large values (special.i1 at 389).
+            return Tolerance(max(declared_atol, atol), max(rtol if declared_rtol is None else declared_rtol, rtol),
+                             f"declared by the OpInfo for {where}, no tighter than assert_close's default")
     return Tolerance(atol, rtol, "assert_close default")
 
 

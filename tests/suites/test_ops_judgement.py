@@ -108,7 +108,10 @@ def test_tolerances_come_from_the_opinfo_where_it_declares_one() -> None:
     declared = tolerances.for_case(_op("special.i1"), "cpu")(torch.float32)
     default = tolerances.for_case(_op("atan2"), "cpu")(torch.float32)
     assert default == Tolerance(1e-5, 1.3e-6, "assert_close default")
-    assert declared == Tolerance(1e-4, 0.0, "declared by the OpInfo for TestInductorOpInfo.test_comprehensive")
+    # It declares atol=1e-4, rtol=0: the rtol stays assert_close's, or the declaration would be the stricter one at
+    # the reference inputs' large values (special.i1 near 389 differed by 16 float32 ulps, 4.9e-4).
+    assert declared == Tolerance(1e-4, 1.3e-6, "declared by the OpInfo for TestInductorOpInfo.test_comprehensive, "
+                                               "no tighter than assert_close's default")
 
 
 @pytest.mark.filterwarnings("ignore")
