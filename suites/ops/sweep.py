@@ -49,17 +49,19 @@ def run_case(case: catalog.OpCase, device: str, tolerance_of: Callable[[torch.dt
     accepted = [index for index, sample in enumerate(samples) if _eager_accepts(fn, sample)]
     outcomes: dict[int, tuple[Any, Any] | str] = {}  # index -> (eager, compiled), or why compiling failed
     graphs_before = internals.graph_count()
-    budget_s = case_budget_s()
-    try:
-        with _time_limit(budget_s):
-            for start in range(0, len(accepted), BATCH):
-                _run_batch(fn, samples, accepted[start:start + BATCH], outcomes)
-    except _OverBudget:
-        internals.reset_dynamo()  # the interrupted compile left nothing to reuse
-        left = [index for index in accepted if index not in outcomes]
-        outcomes.update({index: (f"not judged: the case's {budget_s:g} s budget ({CASE_SECONDS_ENV}) ran out with "
-                                 f"{len(left)} of {len(accepted)} samples left, compiling or running them")
-                         for index in left})
+    budget_s = batch_budget_s()
+    for start in range(0, len(accepted), BATCH):
+        batch = accepted[start:start + BATCH]
+        try:
+            with _time_limit(budget_s):
+                _run_batch(fn, samples, batch, outcomes)
+        except _OverBudget:
+            internals.reset_dynamo()  # the interrupted compile left nothing to reuse
+            left = [index for index in accepted[start:] if index not in outcomes]
+            outcomes.update({index: (f"not judged: a batch of {len(batch)} samples took more than {budget_s:g} s "
+                                     f"to compile and run ({BATCH_SECONDS_ENV}); the case stopped there with "
+                                     f"{len(left)} of {len(accepted)} samples left") for index in left})
+            break
     graphs = internals.graph_count() - graphs_before
     failures = []
     values_matter = case.values_matter
@@ -77,17 +79,17 @@ def run_case(case: catalog.OpCase, device: str, tolerance_of: Callable[[torch.dt
     return CaseRun(len(samples), len(accepted), graphs, tuple(failures))
 
 
-CASE_SECONDS_ENV = "COMPILE_CI_OPS_CASE_SECONDS"
-DEFAULT_CASE_SECONDS = 180.0  # cases average ~4 s on 2 cores; the slowest compiles (unrolled pooling) take 10+ min
+BATCH_SECONDS_ENV = "COMPILE_CI_OPS_BATCH_SECONDS"
+DEFAULT_BATCH_SECONDS = 120.0  # a batch takes 1-20 s on 2 cores; the slowest compile (unrolled pooling) took 12+ min
 
 
-def case_budget_s() -> float:
-    """Seconds one (op, dtype) case may take, compiling and running every sample: a compile that takes longer is
-    reported on its samples instead of holding the whole job until its time limit. 0 turns the limit off."""
+def batch_budget_s() -> float:
+    """Seconds one batch of a case's samples may take to compile and run: a compile that takes longer stops the
+    case, reported on the samples it left, instead of holding the whole job until its time limit. 0: no limit."""
     try:
-        return max(0.0, float(os.environ.get(CASE_SECONDS_ENV, DEFAULT_CASE_SECONDS)))
+        return max(0.0, float(os.environ.get(BATCH_SECONDS_ENV, DEFAULT_BATCH_SECONDS)))
     except ValueError:
-        return DEFAULT_CASE_SECONDS
+        return DEFAULT_BATCH_SECONDS
 
 
 class _OverBudget(BaseException):
