@@ -48,8 +48,8 @@ _REMAINDER_INF = "inductor's CUDA float remainder of inf by inf is inf, ATen's i
 
 # Found by a sixteenth of the CPU sweep on stock torch 2.13 (bench/ops_sweep.py --part 1/16): the samples of each
 # case that differ; a case's other samples still count.
-_LINSPACE = ("inductor's linspace with tensor start and end gives other values than ATen's at some points in "
-             "bfloat16 (-0.04077 for -0.03906) and int64 (4 for 3)")
+_LINSPACE = ("inductor's linspace (with scalar or tensor start and end) gives other values than ATen's at some "
+             "points in bfloat16 (-0.04077 for -0.03906) and int64 (4 for 3)")
 _STD_MEAN_EMPTY = "inductor's std_mean of an empty tensor gives mean 0.0 where ATen's is nan"
 
 # Found by sixteenths 2 to 16 of the CPU sweep on stock torch 2.13 (2026-11-26, AVX-512 host without AMX).
@@ -70,6 +70,8 @@ KNOWN: tuple[Known, ...] = (
           samples=(12, 13, 14, 15, 16, 17)),
     Known("signbit", ("bfloat16",), CPU, ("2.13",), _SIGNBIT_BF16, samples=(22, 26, 27, 29, 30, 31, 32, 33, 34)),
     Known("var_mean", ("float32", "bfloat16"), CPU, ("2.13",), _VAR_MEAN_EMPTY, samples=(14, 15)),
+    Known("linspace", ("bfloat16",), CPU, ("2.13",), _LINSPACE, samples=(8, 11, 14, 32, 47)),
+    Known("linspace", ("int64",), CPU, ("2.13",), _LINSPACE, samples=(32, 35, 38, 44, 60)),
     Known("linspace.tensor_overload", ("bfloat16", "int64"), CPU, ("2.13",), _LINSPACE),
     Known("std_mean.unbiased", ("float32", "bfloat16"), CPU, ("2.13",), _STD_MEAN_EMPTY),
     Known("remainder", ("float32", "bfloat16"), CPU, ("2.13",), _REMAINDER, samples=(16,)),
