@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--show-uncovered", action="store_true", help="list the denominator's uncovered families")
     parser.add_argument("--show-excluded", action="store_true", help="list the excluded families with reasons")
     args = parser.parse_args()
-    base = args.out or Path(tempfile.mkdtemp(prefix="compile-ci-bench-coverage-"))
+    base = args.out.resolve() if args.out else Path(tempfile.mkdtemp(prefix="compile-ci-bench-coverage-"))
     covered: set[str] = set()
     last: dict = {}
     summary: dict[str, dict[str, object]] = {}

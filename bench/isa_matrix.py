@@ -68,7 +68,7 @@ def main() -> int:
     parser.add_argument("--targets", type=Path, default=None, help="a repository whose [targets] are run too")
     parser.add_argument("--out", type=Path, default=None, help="keep artifacts here (default: a temp dir)")
     args = parser.parse_args()
-    base = args.out or Path(tempfile.mkdtemp(prefix="compile-ci-bench-isa-"))
+    base = args.out.resolve() if args.out else Path(tempfile.mkdtemp(prefix="compile-ci-bench-isa-"))
     extra = targets_env(args.targets)
     rows: list[dict[str, object]] = []
 

@@ -127,7 +127,7 @@ def main() -> None:
     parser.add_argument("--select", default=None, help="a pytest -k expression for the full sweep (a partial sweep)")
     parser.add_argument("--out", type=Path, default=None, help="keep artifacts here (default: a temp dir)")
     args = parser.parse_args()
-    base = args.out or Path(tempfile.mkdtemp(prefix="compile-ci-bench-ops-"))
+    base = args.out.resolve() if args.out else Path(tempfile.mkdtemp(prefix="compile-ci-bench-ops-"))
     phases = args.phases.split(",")
     results: dict[str, dict[str, object]] = {}
     kinds = [k for k in ("full", "aimed") if not (k == "full" and args.skip_full or k == "aimed" and args.skip_aimed)]

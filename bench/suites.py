@@ -136,7 +136,7 @@ def main() -> None:
     parser.add_argument("--no-install", action="store_true",
                         help="skip the install phase of --targets' [install] requirements (they are installed)")
     args = parser.parse_args()
-    base = args.out or Path(tempfile.mkdtemp(prefix="compile-ci-bench-suites-"))
+    base = args.out.resolve() if args.out else Path(tempfile.mkdtemp(prefix="compile-ci-bench-suites-"))
     suites = args.suites.split(",")
     extra = targets_env(args.targets)
     deps = None if args.no_install else install_deps(args.targets, LocalRunner())

@@ -7,6 +7,7 @@ Public torch APIs only; private ones live in ``harness.py``.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -145,13 +146,21 @@ def assert_close_to_reference(actual: Any, eager: Any, reference_fp64: Any, **op
 @contextlib.contextmanager
 def full_precision_on_cuda(device: str) -> Iterator[None]:
     """TF32 off for CUDA convolutions and matmuls, so eager and compiled kernels are plain fp32 and their distance to
-    the fp64 reference compares (folding and channels-last kernels round TF32 differently)."""
+    the fp64 reference compares (folding and channels-last kernels round TF32 differently).
+
+    cuDNN's flags go through ``torch.backends.cudnn.flags``: once ``torch.testing._internal`` is imported (the ops
+    suite's OpInfos) torch refuses direct assignment ("not allowed to set torch.backends.cudnn flags after
+    disable_global_flags"). Every flag but TF32 is passed as it is, whatever this torch's ``flags`` accepts."""
     if device != "cuda":
         yield
         return
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    cudnn = torch.backends.cudnn
+    keep = {name: getattr(cudnn, name) for name in inspect.signature(cudnn.flags).parameters
+            if name not in ("allow_tf32", "fp32_precision") and hasattr(cudnn, name)}
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
     try:
-        yield
+        with cudnn.flags(**keep, allow_tf32=False):
+            yield
     finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+        torch.backends.cuda.matmul.allow_tf32 = saved

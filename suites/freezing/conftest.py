@@ -8,17 +8,10 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from .. import harness, judging
+from .. import harness
 
 
 @pytest.fixture(autouse=True)
 def freezing_on() -> Iterator[None]:
     with harness.inductor_config(freezing=True), torch.no_grad():
-        yield
-
-
-@pytest.fixture(autouse=True)
-def full_precision_cuda_convolutions(device: str) -> Iterator[None]:
-    # Folding changes which numbers TF32 rounds (scaled weights instead of conv outputs).
-    with judging.full_precision_on_cuda(device):
         yield

@@ -25,12 +25,6 @@ def layout_optimization_forced() -> Iterator[None]:
         yield
 
 
-@pytest.fixture(autouse=True)
-def full_precision_cuda_convolutions(device: str) -> Iterator[None]:
-    with judging.full_precision_on_cuda(device):
-        yield
-
-
 def significant_strides(t: torch.Tensor) -> tuple[tuple[int, int], ...]:
     """(size, stride) of every dimension longer than 1: a size-1 dimension's stride never changes which element
     an index reaches, so eager and compiled may legitimately disagree on it."""
