@@ -151,8 +151,27 @@ def _models_from_spec(spec: str) -> list[DeclaredModel | TargetError]:
             problem = f"entry {index} must be (name: str, factory: () -> nn.Module, example_inputs: tuple)"
             models.append(TargetError(spec, f"{problem}, got {entry!r:.200}", id_hint=f"{spec}[{index}]"))
             continue
-        models.append(DeclaredModel(name, spec, factory, tuple(inputs)))
+        models.append(DeclaredModel(name, spec, keeping_float32_precision(factory), tuple(inputs)))
     return models
+
+
+def keeping_float32_precision(factory: Callable[[], nn.Module]) -> Callable[[], nn.Module]:
+    """``factory`` with the TF32 flags it finds left as they were when it returns: the suites judge CUDA kernels in
+    plain float32 (``judging.full_precision_on_cuda``), and a factory that opts its model into TF32 (a common line
+    in training code) would otherwise put TF32's noise back into the judgement."""
+
+    @functools.wraps(factory)
+    def build() -> nn.Module:
+        cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+        saved = cudnn.allow_tf32, matmul.allow_tf32
+        try:
+            return factory()
+        finally:
+            if cudnn.allow_tf32 != saved[0]:
+                cudnn.allow_tf32 = saved[0]  # a factory could assign it, so we can: torch has not frozen the flags
+            matmul.allow_tf32 = saved[1]
+
+    return build
 
 
 @functools.cache

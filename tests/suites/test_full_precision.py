@@ -47,3 +47,30 @@ def test_tf32_is_off_inside_and_restored_after_even_with_frozen_cudnn_flags() ->
     assert seen["inside"] == [True, False, False, False]
     assert seen["after"] == seen["before"]
     assert seen["on_cpu"] == [True, True], "a cpu job's flags are left alone"
+
+
+FACTORY_PROBE = """
+import json, torch
+from suites import targets
+
+def factory_opting_into_tf32():
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")  # the newer API as well
+    return torch.nn.Linear(2, 2)
+
+cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+cudnn.allow_tf32 = matmul.allow_tf32 = False  # as the suites' fixture leaves them on cuda
+model = targets.keeping_float32_precision(factory_opting_into_tf32)()
+print(json.dumps({"model": type(model).__name__, "cudnn": cudnn.allow_tf32, "matmul": matmul.allow_tf32,
+                  "matmul_precision": getattr(matmul, "fp32_precision", "ieee")}))
+"""
+
+
+def test_a_declared_factory_cannot_turn_tf32_back_on_for_the_judgement() -> None:
+    # In its own interpreter: torch refuses to report a precision set through both of its APIs afterwards.
+    result = subprocess.run([sys.executable, "-c", FACTORY_PROBE], cwd=ROOT, capture_output=True, text=True,
+                            timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen == {"model": "Linear", "cudnn": False, "matmul": False, "matmul_precision": "ieee"}
