@@ -4,10 +4,17 @@ Compiling costs far more than running, and inductor fuses independent pointwise 
 of a case are compiled together, up to ``BATCH`` per graph (a graph whose outputs are each sample's result). Where a
 batch fails to compile or run, its samples are compiled one by one, so an error is charged to the samples that
 cause it. Each graph starts from a reset dynamo, so no recompile limit can quietly send a sample to eager.
+
+Every run (the check that eager accepts a sample, eager, inductor, float64) gets its own copy of each sample, made
+from the untouched original one sample at a time: an op that writes to its arguments (``batch_norm``'s running
+statistics in training) then meets the same values in every run, and OpInfo samples that share a tensor (samples 7
+to 10 of ``batch_norm`` share their running statistics) do not change each other. What the op left in its tensor
+arguments is compared too, wherever eager or inductor changed one: a wrong in-place update is a failure.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import signal
@@ -46,7 +53,7 @@ class CaseRun:
 def run_case(case: catalog.OpCase, device: str, tolerance_of: Callable[[torch.dtype], Tolerance]) -> CaseRun:
     fn = case.op.op
     samples = catalog.samples(case, device)
-    accepted = [index for index, sample in enumerate(samples) if _eager_accepts(fn, sample)]
+    accepted = [index for index, sample in enumerate(samples) if _eager_accepts(fn, copy.deepcopy(sample))]
     outcomes: dict[int, tuple[Any, Any] | str] = {}  # index -> (eager, compiled), or why compiling failed
     graphs_before = internals.graph_count()
     budget_s = batch_budget_s()
@@ -72,8 +79,9 @@ def run_case(case: catalog.OpCase, device: str, tolerance_of: Callable[[torch.dt
         if isinstance(outcome, str):
             problem: str | None = outcome
         else:
-            reference = _float64_run(case, device, samples[index])
-            problem = comparison.difference(*outcome, tolerance_of, samples[index], reference, values_matter)
+            eager, compiled = outcome
+            reference = _float64_run(case, device, samples[index], isinstance(eager, dict))
+            problem = comparison.difference(eager, compiled, tolerance_of, samples[index], reference, values_matter)
         if problem:
             failures.append(SampleFailure(index, catalog.describe_sample(samples[index]), problem))
     return CaseRun(len(samples), len(accepted), graphs, tuple(failures))
@@ -132,11 +140,11 @@ def _eager_accepts(fn: Callable[..., Any], sample: Any) -> bool:
 def _run_batch(fn: Callable[..., Any], samples: list[Any], indices: list[int],
                outcomes: dict[int, tuple[Any, Any] | str]) -> None:
     """Eager, then inductor, on the batch from the same seed: random ops (falling back to eager's kernels) draw the
-    same numbers in both, in the same order."""
-    batch = [(samples[i].input, samples[i].args, samples[i].kwargs) for i in indices]
+    same numbers in both, in the same order. Each run on its own copies of the samples (see the module's doc)."""
+    eager_batch, compiled_batch = _copies(samples, indices), _copies(samples, indices)
     torch.manual_seed(_SEED + indices[0])
     try:
-        eager = _every_sample(fn)(batch)
+        eager = _every_sample(fn)(eager_batch)
     except Exception:  # noqa: BLE001 - accepted alone, refused after another sample's draws: judge them one by one
         for index in indices if len(indices) > 1 else ():
             _run_batch(fn, samples, [index], outcomes)
@@ -144,7 +152,7 @@ def _run_batch(fn: Callable[..., Any], samples: list[Any], indices: list[int],
     try:
         internals.reset_dynamo()
         torch.manual_seed(_SEED + indices[0])
-        compiled = torch.compile(_every_sample(fn), backend="inductor")(batch)
+        compiled = torch.compile(_every_sample(fn), backend="inductor")(compiled_batch)
     except Exception as exc:  # noqa: BLE001 - find which samples cause it
         if len(indices) == 1:
             outcomes[indices[0]] = f"the compiled op raised {type(exc).__name__}: {_first_lines(exc)}"
@@ -152,7 +160,14 @@ def _run_batch(fn: Callable[..., Any], samples: list[Any], indices: list[int],
         for index in indices:
             _run_batch(fn, samples, [index], outcomes)
         return
-    outcomes.update(zip(indices, zip(eager, compiled, strict=True), strict=True))
+    for index, eager_run, compiled_run, eager_result, compiled_result in zip(
+            indices, eager_batch, compiled_batch, eager, compiled, strict=True):
+        written = _written(samples[index], eager_run) | _written(samples[index], compiled_run)
+        if written:  # what the op left in the arguments it wrote, beside what it returned
+            outcomes[index] = (_with_arguments(eager_result, eager_run, written),
+                               _with_arguments(compiled_result, compiled_run, written))
+        else:
+            outcomes[index] = (eager_result, compiled_result)
 
 
 def _every_sample(fn: Callable[..., Any]) -> Callable[[list[Any]], list[Any]]:
@@ -162,16 +177,54 @@ def _every_sample(fn: Callable[..., Any]) -> Callable[[list[Any]], list[Any]]:
     return every_sample
 
 
-def _float64_run(case: catalog.OpCase, device: str, sample: Any) -> comparison.Reference:
-    """The op on the sample's floating tensors in float64, computed only when a comparison asks for it."""
+def _copies(samples: list[Any], indices: list[int]) -> list[tuple[Any, tuple[Any, ...], dict[str, Any]]]:
+    """(input, args, kwargs) of each sample, deep-copied one sample at a time: shared within a sample, not across."""
+    return [copy.deepcopy((samples[i].input, tuple(samples[i].args), dict(samples[i].kwargs))) for i in indices]
+
+
+def _arguments(input_: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The top-level tensor arguments by the name a message shows (``input``, ``arg 1``, a keyword)."""
+    named = {"input": input_, **{f"arg {i}": a for i, a in enumerate(args)}, **kwargs}
+    return {name: value for name, value in named.items() if isinstance(value, torch.Tensor)}
+
+
+def _written(original: Any, run: tuple[Any, tuple[Any, ...], dict[str, Any]]) -> frozenset[str]:
+    """The tensor arguments whose values a run changed (NaNs equal to NaNs)."""
+    before = _arguments(original.input, tuple(original.args), dict(original.kwargs))
+    after = _arguments(*run)
+    return frozenset(name for name, value in after.items() if name in before and not _same(before[name], value))
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if not (a.is_floating_point() or a.is_complex()):
+        return torch.equal(a.cpu(), b.cpu())
+    a, b = a.detach().cpu(), b.detach().cpu()
+    return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+
+
+def _with_arguments(result: Any, run: tuple[Any, tuple[Any, ...], dict[str, Any]],
+                    written: frozenset[str]) -> dict[str, Any]:
+    arguments = _arguments(*run)
+    return {"returned": result, **{f"{name} after the call": arguments[name] for name in sorted(written)}}
+
+
+def _float64_run(case: catalog.OpCase, device: str, sample: Any, with_arguments: bool) -> comparison.Reference:
+    """The op on a copy of the sample with its floating tensors in float64, computed only when a comparison asks for
+    it; ``with_arguments``: shaped as the compared runs were, with what the op left in its tensor arguments."""
 
     def run() -> list[Any] | None:
         if not case.dtype.is_floating_point or torch.float64 not in case.op.supported_dtypes(device):
             return None
+        input_, args, kwargs = copy.deepcopy((sample.input, tuple(sample.args), dict(sample.kwargs)))
+        run64 = (to_fp64(input_), to_fp64(args), to_fp64(kwargs))
         try:
-            result = case.op.op(to_fp64(sample.input), *to_fp64(tuple(sample.args)), **to_fp64(dict(sample.kwargs)))
+            result = case.op.op(run64[0], *run64[1], **run64[2])
         except Exception:  # noqa: BLE001 - no float64 verdict: eager's result stands alone
             return None
+        if with_arguments:
+            result = _with_arguments(result, run64, frozenset(_arguments(*run64)))
         return [leaf for _path, leaf in flatten_outputs(result)]
 
     return run
