@@ -62,6 +62,11 @@ _SIGNBIT_BF16 = ("GCC 12 (Debian 12's, the runner image's compiler) stops with a
                  "(unrecognizable insn, in extract_insn) on inductor's vectorised signbit of a non-contiguous "
                  "bfloat16 tensor")
 _VAR_MEAN_EMPTY = "inductor's var_mean of an empty tensor gives mean 0.0 where ATen's is nan"
+# Found by sixteenths 5, 10, 11 and 13-15 (2026-11-27, the same host).
+_LOGSPACE = ("inductor's logspace (scalar or tensor start and end) in bfloat16 gives another value than ATen's at some "
+             "points (19968 where ATen and float64 give 20480)")
+_MULTI_MARGIN_0D = ("inductor's multi_margin_loss with reduction='none' returns shape [1] for a 0-d input, where "
+                    "ATen's result is 0-d")
 
 KNOWN: tuple[Known, ...] = (
     Known("nn.functional.grid_sample", ("float32",), CPU, ("2.13",), _GRID_SAMPLE,
@@ -71,6 +76,12 @@ KNOWN: tuple[Known, ...] = (
     Known("signbit", ("bfloat16",), CPU, ("2.13",), _SIGNBIT_BF16, samples=(22, 26, 27, 29, 30, 31, 32, 33, 34)),
     Known("var_mean", ("float32", "bfloat16"), CPU, ("2.13",), _VAR_MEAN_EMPTY, samples=(14, 15)),
     Known("std_mean", ("float32", "bfloat16"), CPU, ("2.13",), _STD_MEAN_EMPTY, samples=(14, 15)),
+    Known("var_mean.unbiased", ("float32", "bfloat16"), CPU, ("2.13",), _VAR_MEAN_EMPTY, samples=(2, 3)),
+    Known("logspace", ("bfloat16",), CPU, ("2.13",), _LOGSPACE,
+          samples=(310, 314, 315, 319, 330, 334, 335, 339, 350, 354, 355, 359, 370, 374, 375, 379, 390, 394, 395, 399)),
+    Known("logspace.tensor_overload", ("bfloat16",), CPU, ("2.13",), _LOGSPACE),
+    Known("nn.functional.multi_margin_loss", ("float32",), CPU, ("2.13",), _MULTI_MARGIN_0D,
+          samples=tuple(range(11, 104, 4))),
     Known("linspace", ("bfloat16",), CPU, ("2.13",), _LINSPACE, samples=(8, 11, 14, 32, 47)),
     Known("linspace", ("int64",), CPU, ("2.13",), _LINSPACE, samples=(32, 35, 38, 44, 60)),
     Known("linspace.tensor_overload", ("bfloat16", "int64"), CPU, ("2.13",), _LINSPACE),
