@@ -97,10 +97,11 @@ def target_location(item: pytest.Item) -> str | None:
     candidates = [v.fn for v in values if callable(getattr(v, "fn", None))]
     candidates += [v.factory for v in values if callable(getattr(v, "factory", None))]
     root = Path(checkout).resolve()
-    for obj in candidates:
+    for candidate in candidates:
         try:
+            obj = inspect.unwrap(candidate)  # a factory as the repository wrote it (targets.py wraps it)
             source, line = inspect.getsourcefile(obj), inspect.getsourcelines(obj)[1]
-        except (TypeError, OSError):
+        except (TypeError, OSError, ValueError):  # ValueError: a cycle of __wrapped__
             continue
         if source and Path(source).resolve().is_relative_to(root):
             return f"{Path(source).resolve().relative_to(root)}:{line}"
