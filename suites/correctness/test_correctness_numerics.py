@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from .. import adversarial, fragile_layers, harness, judging, module_runs, targets
+from .. import adversarial, fragile_layers, harness, module_runs, targets
 from .test_correctness import BUILTIN_MODELS
 
 # Variant names do not depend on the device (the low-precision dtype does), so test ids match across cpu and cuda.
@@ -52,7 +52,7 @@ def _outcome(
         eager, compiled, reference = _forms(case, factory, variant.dtype, device)
         # Declared models may use dropout: inductor then draws eager's random numbers (as in test_declared_model).
         config = harness.inductor_config(fallback_random=True) if random_ops else contextlib.nullcontext()
-        with config, judging.full_precision_on_cuda(device):
+        with config:  # TF32 is off on CUDA for every test (suites/conftest.py)
             _OUTCOMES[case, variant.name] = adversarial.run_variant(eager, compiled, reference, inputs, variant)
     return _OUTCOMES[case, variant.name]
 

@@ -27,7 +27,6 @@ from suites.distributed.verdicts import (
     rank_failures,
     shortened,
 )
-from suites.judging import full_precision_on_cuda
 from suites.reruns import earlier_attempts
 
 Recorder = Callable[[tuple[str, object]], None]
@@ -50,8 +49,7 @@ def _record(reports: list[RankReport], wrapper: str, device: str, record: Record
 def check_training_step(runs: DistributedRuns, source: str, name: str, factory: Callable[[], Any],
                         inputs: tuple[Any, ...], wrapper: str, device: str, request: pytest.FixtureRequest) -> None:
     record_property = request.node.user_properties.append
-    with full_precision_on_cuda(device):
-        single = runs.single_process(source, name, factory, inputs)
+    single = runs.single_process(source, name, factory, inputs)  # TF32 off on CUDA: suites/conftest.py
     if single is None:
         pytest.skip("no parameter of the model requires grad: DDP and FSDP2 have nothing to synchronise")
     reports = runs.reports(source, name, [wrapper], fresh=bool(earlier_attempts(request.node)))
