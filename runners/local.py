@@ -22,11 +22,10 @@ from runners.outbox import (
     OutputReport,
     collect_tree,
     publish_progress,
-    usage,
 )
 from runners.protocol import RunResult, RunSpec, ShouldCancel, map_paths
 from runners.toolchain import linker_env, vec_isa_env
-from runners.untrusted_files import read_bounded
+from runners.untrusted_files import read_bounded, usage
 
 # The worker's environment holds the webhook secret and the App's private key; the job gets none
 # of it, only what a test process needs to find its toolchain and GPU.

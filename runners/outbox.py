@@ -28,6 +28,9 @@ PROGRESS_FILE = "progress.json"
 PROGRESS_LIMIT = 64 * 1024
 PROGRESS_EVERY_S = 3.0
 _BAD_NAME = re.compile(r"[\x00-\x1f\x7f]")
+# A relative path longer than this is refused, never attempted: the same outcome on every worker, and room for the
+# worker's own directory below PATH_MAX (4096).
+PATH_BYTES = 3072
 
 
 @dataclass(frozen=True)
@@ -79,17 +82,24 @@ class _Writer:
         if len(parts) > self.limits.depth:
             self.report.refuse(relative, f"nested deeper than {self.limits.depth} folders")
             return False
-        if any(p in ("", ".", "..") or _BAD_NAME.search(p) or len(p.encode()) > self.limits.name_bytes
-               for p in parts):
+        if any(not _plain(p, self.limits.name_bytes) for p in parts):
             self.report.refuse(relative, "a name that is not a plain file name")
+            return False
+        if len(relative.encode()) > PATH_BYTES:
+            self.report.refuse(relative, f"a path longer than {PATH_BYTES} bytes")
             return False
         if not is_dir and len(parts) == 1 and parts[0] in RESERVED:
             self.report.refuse(relative, "a name the service writes itself")
             return False
         return True
 
-    def folder(self, relative: str) -> None:
-        (self.dest / relative).mkdir(parents=True, exist_ok=True)
+    def folder(self, relative: str) -> bool:
+        try:
+            (self.dest / relative).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # what the job named cannot be made here: its problem, never the worker's
+            self.report.refuse(relative, f"could not be copied ({exc.strerror})")
+            return False
+        return True
 
     def file(self, relative: str, chunks: Iterable[bytes], size: int) -> None:
         if self.report.bytes + size > self.limits.total_bytes:
@@ -97,12 +107,17 @@ class _Writer:
             self.report.refuse(relative, "past the output quota")
             return
         target = self.dest / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if not self.folder(str(Path(relative).parent)):
+            return
         # The destination is ours alone (the job never had it): what stands there is the runner's own live copy
         # (progress.json), replaced; O_EXCL|O_NOFOLLOW would still refuse anything else.
         if target.is_file() and not target.is_symlink():
             target.unlink()
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:  # e.g. a folder of the same name came first
+            self.report.refuse(relative, f"could not be copied ({exc.strerror})")
+            return
         written = 0
         try:
             with os.fdopen(fd, "wb") as handle:
@@ -117,6 +132,17 @@ class _Writer:
             raise
         self.report.files += 1
         self.report.bytes += written
+
+
+def _plain(part: str, limit: int) -> bool:
+    """A name the worker can copy and every page can show: not empty or a dot name, no control characters, UTF-8
+    (a job may write any bytes; `os` hands undecodable ones back as surrogates), at most `limit` bytes."""
+    if part in ("", ".", "..") or _BAD_NAME.search(part):
+        return False
+    try:
+        return len(part.encode("utf-8")) <= limit
+    except UnicodeEncodeError:
+        return False
 
 
 def publish_progress(dest: Path, data: bytes) -> None:
@@ -143,7 +169,8 @@ def _walk(fd: int, prefix: str, writer: _Writer) -> None:
         if not writer.admit(relative, stat.S_ISDIR(mode)):
             continue
         if stat.S_ISDIR(mode):
-            writer.folder(relative)
+            if not writer.folder(relative):
+                continue
             try:
                 child = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             except OSError as exc:
@@ -198,7 +225,7 @@ def collect_tar(stream: Iterable[bytes], dest: Path, limits: Limits, top: str) -
                 if not writer.admit(relative, member.isdir()):
                     continue
                 if member.isdir():
-                    writer.folder(relative)
+                    writer.folder(relative)  # a refusal is reported; the files under it are refused in turn
                 elif member.isreg():
                     source = archive.extractfile(member)
                     assert source is not None
@@ -261,25 +288,4 @@ class _Budget(io.RawIOBase):
         return n
 
 
-def usage(source: Path, stop_at: int) -> int:
-    """Bytes (rounded to pages) and entries under a job's directory on this host, counted without following links;
-    stops early once past `stop_at` (LocalRunner's quota check, every few seconds while the job runs)."""
-    total = 0
-    stack = [source]
-    while stack and total <= stop_at:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            total += 4096 + (info.st_blocks * 512 if stat.S_ISREG(info.st_mode) else 0)
-            if stat.S_ISDIR(info.st_mode):
-                stack.append(Path(entry.path))
-    return total
-
-
-__all__ = ["Limits", "OutputReport", "UntrustedFileError", "collect_tar", "collect_tree", "shown_name", "usage"]
+__all__ = ["Limits", "OutputReport", "UntrustedFileError", "collect_tar", "collect_tree", "shown_name"]

@@ -159,3 +159,24 @@ def _refusal(parent: int, name: str, relative: str, exc: OSError) -> OSError:
     if stat.S_ISLNK(mode) or not stat.S_ISDIR(mode) and not stat.S_ISREG(mode):
         return UntrustedFileError(relative, kind_of(mode))
     return exc
+
+
+def usage(source: Path, stop_at: int) -> int:
+    """Bytes (rounded to pages) and entries under a job's directory on this host, counted without following links;
+    stops early once past `stop_at` (LocalRunner's quota check, every few seconds while the job runs)."""
+    total = 0
+    stack = [source]
+    while stack and total <= stop_at:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            total += 4096 + (info.st_blocks * 512 if stat.S_ISREG(info.st_mode) else 0)
+            if stat.S_ISDIR(info.st_mode):
+                stack.append(Path(entry.path))
+    return total

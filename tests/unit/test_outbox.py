@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from runners.job_log import LogSink
-from runners.outbox import Limits, OutputReport, collect_tar, collect_tree, usage
-from runners.untrusted_files import UntrustedFileError, read_bounded
+from runners.outbox import Limits, OutputReport, collect_tar, collect_tree
+from runners.untrusted_files import UntrustedFileError, read_bounded, usage
 
 SECRET = "-----BEGIN RSA PRIVATE KEY----- the App's key"
 
@@ -131,6 +131,40 @@ def test_too_many_and_too_deep_entries_are_refused(tmp_path: Path) -> None:
     report = collect_tree(job, tmp_path / "dest", Limits(files=25, depth=16))
     assert report.over_quota and report.files <= 25
     assert any("nested deeper" in reason or "more than 25 entries" in reason for _name, reason in report.problems)
+
+
+def test_undecodable_and_overlong_names_are_the_jobs_problem_not_the_workers(tmp_path: Path) -> None:
+    """A name that is not UTF-8, or folders of 255-byte names nested past PATH_MAX (within the depth limit), were
+    exceptions in the copy, reported as an infrastructure error; they are refusals now, and the rest is kept."""
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / os.fsdecode(b"bad\xffname.txt")).write_text("x")
+    long_dirs = [("d" * 250) + f"{i:02}" for i in range(15)]
+    fd = os.open(job, os.O_RDONLY)
+    try:  # the deep path is built relative to each folder: the kernel refuses a single path this long
+        for name in long_dirs:
+            os.mkdir(name, dir_fd=fd)
+            child = os.open(name, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        with open(os.open("leaf.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "w") as handle:
+            handle.write("deep")
+    finally:
+        os.close(fd)
+    (job / "kept.txt").write_text("kept")
+    report = collect_tree(job, tmp_path / "dest", Limits())
+    reasons = dict(report.problems)
+    assert reasons["bad\udcffname.txt"] == "a name that is not a plain file name"
+    assert "a path longer than 3072 bytes" in reasons.values()
+    assert (tmp_path / "dest" / "kept.txt").read_text() == "kept"
+    # The same names through the engine's archive.
+    deep = "out/" + "/".join(long_dirs) + "/leaf.txt"
+    odd = os.fsdecode(b"out/bad\xffname.txt")
+    data = _tar([_file(odd, 1), _file(deep, 4), _file("out/kept.txt", 4)], {odd: b"x", deep: b"deep", "out/kept.txt":
+                                                                               b"kept"})
+    report = collect_tar(chunks(data), tmp_path / "tar", Limits(), "out")
+    assert sorted(dict(report.problems).values()) == ["a name that is not a plain file name", "a path longer than 3072 bytes"]
+    assert (tmp_path / "tar" / "kept.txt").read_text() == "kept"
 
 
 def test_a_sparse_file_on_disk_is_not_read(tmp_path: Path) -> None:
