@@ -58,8 +58,10 @@ class OutputReport:
 
 
 def shown_name(relative: str) -> str:
-    """A job-chosen name as pages and logs may show it: control characters escaped, length capped."""
-    text = _BAD_NAME.sub(lambda m: f"\\x{ord(m.group()):02x}", relative)
+    """A job-chosen name as pages and logs may show it: bytes that are not UTF-8 and control characters escaped,
+    length capped."""
+    text = relative.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    text = _BAD_NAME.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
     return text if len(text) <= 200 else text[:200] + "…"
 
 

@@ -7,12 +7,14 @@ link to the App's private key, a FIFO that never answers or a 60 MB "metrics.jso
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0)
 _DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
@@ -129,6 +131,42 @@ def iter_chunks(root: Path, relative: str) -> Iterator[bytes]:
     with open_regular(root, relative) as (fd, _size):
         while chunk := os.read(fd, CHUNK):
             yield chunk
+
+
+# A number a job wrote is a measurement (seconds, counts, sizes): beyond this it is refused, so no reader overflows
+# formatting or comparing it (10**400 is a valid JSON integer; float() of it raises).
+MAX_NUMBER = 10**15
+
+
+def read_json_data(root: Path, relative: str, limit: int) -> Any:
+    """A JSON document a job wrote, read bounded and without following links, as plain data: NaN and infinities
+    refused (ValueError), numbers past MAX_NUMBER read as null, NUL characters (which PostgreSQL's text refuses)
+    replaced. Raises OSError (UntrustedFileError), ValueError or RecursionError like json.loads."""
+    return _clean(json.loads(read_bounded(root, relative, limit), parse_constant=_refuse_constant,
+                             parse_int=_bounded_int, parse_float=_bounded_float))
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number")
+
+
+def _bounded_int(text: str) -> int | None:
+    return int(text) if len(text.lstrip("-")) <= 16 and abs(int(text)) <= MAX_NUMBER else None
+
+
+def _bounded_float(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) and abs(value) <= MAX_NUMBER else None
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, list):
+        return [_clean(item) for item in value]
+    if isinstance(value, dict):
+        return {_clean(key): _clean(item) for key, item in value.items()}
+    return value
 
 
 def is_regular(root: Path, relative: str) -> bool:

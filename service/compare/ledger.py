@@ -71,8 +71,8 @@ def _count(value: object) -> int | None:
 
 
 def _seconds(value: object) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value) if 0 <= value <= MAX_SECONDS else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= MAX_SECONDS:
+        return float(value) if math.isfinite(value) else None
     return None
 
 

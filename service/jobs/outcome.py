@@ -13,7 +13,7 @@ from pathlib import Path
 
 from runners.outbox import OutputReport
 from runners.protocol import RunResult
-from runners.untrusted_files import read_bounded
+from runners.untrusted_files import MAX_NUMBER, read_bounded, read_json_data
 from service.github.annotations import declared_target, locate_in_checkout
 from service.github.checks import count_outcomes, summary_line
 from service.github.markdown import code_block, code_span
@@ -199,8 +199,11 @@ def bounded_metrics(data: dict[str, object]) -> dict[str, object]:
     for key, value in data.items():
         if len(kept) >= MAX_METRICS or not isinstance(key, str) or len(key) > MAX_KEY:
             continue
-        if isinstance(value, bool | int | float) or value is None:
+        if isinstance(value, bool) or value is None:
             kept[key] = value
+        elif isinstance(value, int | float):  # read_json_data bounds them; a stored row may be older
+            if -MAX_NUMBER <= value <= MAX_NUMBER:  # false for NaN and the infinities too
+                kept[key] = value
         elif isinstance(value, str):
             kept[key] = value[:MAX_TEXT]
         elif isinstance(value, list):
@@ -214,7 +217,7 @@ MAX_JUNIT_BYTES = 64 * 1024 * 1024
 def read_json(path: Path) -> dict[str, object]:
     """A small JSON object the job wrote; {} when it is missing, too big, not JSON or not an object."""
     try:
-        data = json.loads(read_bounded(path.parent, path.name, MAX_JSON_BYTES))
+        data = read_json_data(path.parent, path.name, MAX_JSON_BYTES)
     except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}

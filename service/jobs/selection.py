@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from runners.untrusted_files import read_bounded
+from runners.untrusted_files import read_json_data
 from suites.shard_plan import NOT_AFFECTED_ENV, SELECTION_FILE, SHARD_ENV, encode_plan
 
 MAX_SELECTION_BYTES = 16 * 1024 * 1024
@@ -68,7 +68,7 @@ def _nodeids(value: Any) -> list[str] | None:
 def read_selection(out: Path) -> SelectionFile:
     """The job's selection.json; an empty one when it is missing or not what the suites write."""
     try:
-        data = json.loads(read_bounded(out, SELECTION_FILE, MAX_SELECTION_BYTES))
+        data = read_json_data(out, SELECTION_FILE, MAX_SELECTION_BYTES)
     except (OSError, ValueError, RecursionError):
         return SelectionFile()
     if not isinstance(data, dict):

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runners.protocol import RunResult
-from runners.untrusted_files import read_bounded
+from runners.untrusted_files import read_bounded, read_json_data
 from service.github.checks import count_outcomes, summary_line
 from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
@@ -197,7 +197,7 @@ def _write_coverage(out: Path, shards: list[Shard]) -> None:
     hits = 0
     for shard in shards:
         try:
-            data = json.loads(read_bounded(out / "shards" / str(shard.index), COVERAGE, 2 * 1024 * 1024))
+            data = read_json_data(out / "shards" / str(shard.index), COVERAGE, 2 * 1024 * 1024)
         except (OSError, ValueError, RecursionError):
             continue
         if not isinstance(data, dict) or not isinstance(data.get("denominator"), int):

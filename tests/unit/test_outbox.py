@@ -154,16 +154,17 @@ def test_undecodable_and_overlong_names_are_the_jobs_problem_not_the_workers(tmp
     (job / "kept.txt").write_text("kept")
     report = collect_tree(job, tmp_path / "dest", Limits())
     reasons = dict(report.problems)
-    assert reasons["bad\udcffname.txt"] == "a name that is not a plain file name"
+    assert reasons["bad\\xffname.txt"] == "a name that is not a plain file name"  # shown escaped, never raw
     assert "a path longer than 3072 bytes" in reasons.values()
     assert (tmp_path / "dest" / "kept.txt").read_text() == "kept"
     # The same names through the engine's archive.
     deep = "out/" + "/".join(long_dirs) + "/leaf.txt"
     odd = os.fsdecode(b"out/bad\xffname.txt")
-    data = _tar([_file(odd, 1), _file(deep, 4), _file("out/kept.txt", 4)], {odd: b"x", deep: b"deep", "out/kept.txt":
-                                                                               b"kept"})
+    data = _tar([_file(odd, 1), _file(deep, 4), _file("out/kept.txt", 4)],
+                {odd: b"x", deep: b"deep", "out/kept.txt": b"kept"})
     report = collect_tar(chunks(data), tmp_path / "tar", Limits(), "out")
-    assert sorted(dict(report.problems).values()) == ["a name that is not a plain file name", "a path longer than 3072 bytes"]
+    assert sorted(dict(report.problems).values()) == ["a name that is not a plain file name",
+                                                      "a path longer than 3072 bytes"]
     assert (tmp_path / "tar" / "kept.txt").read_text() == "kept"
 
 

@@ -4,18 +4,18 @@ rather than breaking the page (the job ran the pull request's code, so the file 
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 from markupsafe import Markup, escape
 
-from runners.untrusted_files import read_bounded
+from runners.untrusted_files import read_json_data
 
 FILE_NAME = "coverage.json"
 MAX_BYTES = 2 * 1024 * 1024
 MAX_NAMES = 2000
+MAX_DENOMINATOR = 10**6  # op families; a job's larger figure is not a count worth a page
 _FAMILY = re.compile(r"[A-Za-z0-9_.]{1,120}")
 
 
@@ -28,13 +28,13 @@ def _names(value: Any) -> list[str]:
 def read_coverage(attempt_dir: Path) -> dict[str, Any] | None:
     """The validated figures of an attempt's coverage.json, or None when there is none worth showing."""
     try:
-        loaded = json.loads(read_bounded(attempt_dir, FILE_NAME, MAX_BYTES))
+        loaded = read_json_data(attempt_dir, FILE_NAME, MAX_BYTES)
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(loaded, dict):
         return None
     denominator, cache_hits = loaded.get("denominator"), loaded.get("cache_hits", 0)
-    if not isinstance(denominator, int) or isinstance(denominator, bool) or denominator <= 0:
+    if not isinstance(denominator, int) or isinstance(denominator, bool) or not 0 < denominator <= MAX_DENOMINATOR:
         return None
     covered = sorted(set(_names(loaded.get("covered"))))
     return {

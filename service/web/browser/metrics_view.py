@@ -6,6 +6,8 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from runners.untrusted_files import MAX_NUMBER
+
 LABELS = {
     "outcome": "outcome", "duration_s": "duration", "compile_time_s": "compile time", "graphs": "graphs",
     "graph_breaks": "graph breaks", "recompiles": "recompiles", "kernels_generated": "kernels generated",
@@ -24,6 +26,8 @@ def value(key: str, raw: Any) -> str:
     """Seconds (keys ending in _s) as `1.23 s`; other numbers as they are, floats to three figures."""
     if isinstance(raw, bool) or raw is None:
         return "" if raw is None else str(raw).lower()
+    if isinstance(raw, int | float) and not -MAX_NUMBER <= raw <= MAX_NUMBER:  # a row stored before the bound
+        return "(out of range)"
     if isinstance(raw, int | float) and key.endswith("_s"):
         return f"{raw:.2f} s"
     if isinstance(raw, float):

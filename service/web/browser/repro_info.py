@@ -3,13 +3,12 @@ wheels the job's environment was unpacked from (as JSON), and those wheels thems
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from flask import Blueprint, Response, abort, jsonify, send_file
 
-from runners.untrusted_files import is_regular, read_bounded
+from runners.untrusted_files import is_regular, read_json_data
 from service.web.browser.attempts import load_attempt
 from service.web.browser.lookup import wiring
 from service.wheel_store import SHA256, WHEEL_NAME, WHEELS_FILE, wheel_path
@@ -24,7 +23,7 @@ def listed_wheels(directory: Path) -> tuple[list[str], list[dict[str, Any]]] | N
     """(requirements, wheels) from the attempt's wheels.json; None when it has none (an attempt from before it).
     Read as untrusted (an older attempt's job could have planted one): bounded, every field checked."""
     try:
-        data = json.loads(read_bounded(directory, WHEELS_FILE, MAX_LIST_BYTES))
+        data = read_json_data(directory, WHEELS_FILE, MAX_LIST_BYTES)
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or not isinstance(data.get("wheels"), list):
