@@ -177,6 +177,15 @@ def is_regular(root: Path, relative: str) -> bool:
         return False
 
 
+def is_folder(root: Path, relative: str) -> bool:
+    """Whether root/relative is a directory reached without a link in any component below root."""
+    try:
+        with open_dir(root, relative):
+            return True
+    except OSError:
+        return False
+
+
 def _read_upto(fd: int, limit: int) -> bytes:
     parts, left = [], limit
     while left > 0:

@@ -15,7 +15,7 @@ import pytest
 
 from runners.job_log import LogSink
 from runners.outbox import Limits, OutputReport, collect_tar, collect_tree
-from runners.untrusted_files import UntrustedFileError, read_bounded, usage
+from runners.untrusted_files import UntrustedFileError, is_folder, read_bounded, usage
 
 SECRET = "-----BEGIN RSA PRIVATE KEY----- the App's key"
 
@@ -202,3 +202,20 @@ def test_the_log_is_cut_at_its_cap(tmp_path: Path) -> None:
 
 def test_an_empty_report_is_clean() -> None:
     assert OutputReport() == OutputReport(0, 0, [], 0, False)
+
+
+def test_a_test_folder_behind_a_linked_tests_folder_is_not_a_test_folder(tmp_path: Path, secret: Path) -> None:
+    """An older attempt (before the copy-out) could hold `tests` as a link to anywhere: the base diff and the
+    history chart, which read a test's folder by name, see no folder there rather than following it."""
+    from service.web.browser.base_lookup import BaseSide
+
+    elsewhere = tmp_path / "elsewhere" / "t1"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "metrics.json").write_text('{"compile_time_s": 1.0}')
+    linked, plain = tmp_path / "linked", tmp_path / "plain"
+    linked.mkdir()
+    (linked / "tests").symlink_to(tmp_path / "elsewhere")
+    (plain / "tests" / "t1").mkdir(parents=True)
+    assert not is_folder(linked, "tests/t1") and is_folder(plain, "tests/t1")
+    assert BaseSide(None, None, linked, "").test_folder("t1") is None
+    assert BaseSide(None, None, plain, "").test_folder("t1") == plain / "tests" / "t1"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from sqlalchemy import and_, or_, select
 
+from runners.untrusted_files import is_folder
 from service.compare.job_verdict import badges_of
 from service.store import Job, Run, Store, TestResult
 from service.store.rows import job_id_for
@@ -34,8 +35,8 @@ class BaseSide:
         """The base's artifact folder of a test (its sanitised node id), when the base has one."""
         if self.directory is None or not TEST_NAME.fullmatch(name):
             return None
-        folder = self.directory / "tests" / name
-        return folder if folder.is_dir() and not folder.is_symlink() else None
+        # An older attempt's job could have left `tests` itself as a link: no component may be one.
+        return self.directory / "tests" / name if is_folder(self.directory, f"tests/{name}") else None
 
 
 def base_run_of(store: Store, run: Run) -> Run | None:

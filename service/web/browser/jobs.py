@@ -13,7 +13,7 @@ from flask import Blueprint, Response, abort, render_template
 from markupsafe import Markup, escape
 
 from runners import untrusted_files
-from runners.untrusted_files import is_regular, read_bounded
+from runners.untrusted_files import is_regular, read_bounded, read_json_data
 from service.web.browser import base_lookup, coverage_view, logs, metrics_view, queries
 from service.web.browser.attempts import AttemptView, load_attempt
 from service.web.browser.export import zip_chunks
@@ -109,7 +109,7 @@ MAX_METRICS_BYTES = 256 * 1024  # the pipeline keeps no more of it either (servi
 def read_metrics(test_directory: Path) -> dict[str, Any]:
     """A test's metrics.json, which the job wrote: a plain file of at most 256 KB, else nothing."""
     try:
-        loaded = json.loads(read_bounded(test_directory, "metrics.json", MAX_METRICS_BYTES))
+        loaded = read_json_data(test_directory, "metrics.json", MAX_METRICS_BYTES)
     except (OSError, ValueError, RecursionError):
         return {}
     return loaded if isinstance(loaded, dict) else {}

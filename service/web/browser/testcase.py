@@ -10,7 +10,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
-from runners.untrusted_files import read_head
+from runners.untrusted_files import is_folder, read_head
 from service.compare.history import known_flaky, summarize
 from service.store import Run, utcnow
 from service.store.history import results_across_runs
@@ -41,7 +41,8 @@ def _history_chart(run: Run, job: AttemptView, nodeid: str) -> tuple[Markup, int
         compile_time = point.compile_time_s
         if compile_time is None:  # a row stored before the pipeline kept metrics: its metrics.json
             folder = wiring().settings.artifacts_dir / point.run_id / point.job_id / str(point.attempt)
-            value = read_metrics(folder / "tests" / sanitise_nodeid(nodeid)).get("compile_time_s")
+            relative = f"tests/{sanitise_nodeid(nodeid)}"
+            value = read_metrics(folder / relative).get("compile_time_s") if is_folder(folder, relative) else None
             compile_time = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
         label = f"{point.head_sha[:8]} {point.created_at:%Y-%m-%d %H:%M}"
         shown.append(charts.Point(label, point.outcome, point.baseline, (point.duration_s, compile_time)))
