@@ -18,8 +18,9 @@ import docker.types
 import requests
 
 from runners.docker_container import OUTPUT_MOUNT, RUNNER_UID, holder_config, output_volume_options
+from runners.layer_cap import LayerWatch
 from runners.outbox import PROGRESS_EVERY_S, PROGRESS_FILE, PROGRESS_LIMIT, OutputReport, collect_tar, publish_progress
-from runners.protocol import RunSpec
+from runners.protocol import RunSpec, ShouldCancel
 
 FULL_BELOW_BYTES = 64 * 1024  # tmpfs counts pages: this little left means the job's writes were failing
 
@@ -122,3 +123,12 @@ def _drain(stream: Any) -> None:
             pass
     except (docker.errors.DockerException, requests.exceptions.RequestException, OSError):
         pass
+
+
+def ticking(output: OutputVolume, watch: LayerWatch, should_cancel: ShouldCancel | None) -> ShouldCancel:
+    """The ~1/s callback of the wait: the job's progress copied out now and then, its cache layer measured, then
+    the worker's own question; true stops the job."""
+    def tick() -> bool:
+        output.refresh_progress()
+        return watch.check() or should_cancel is not None and should_cancel()
+    return tick

@@ -30,8 +30,9 @@ from runners.docker_container import (
     output_volume_name,
     past_deadline,
 )
-from runners.docker_output import OutputVolume
+from runners.docker_output import OutputVolume, ticking
 from runners.job_log import LogSink
+from runners.layer_cap import LayerWatch
 from runners.protocol import RunResult, RunSpec, ShouldCancel
 
 DEFAULT_IMAGES = {"cpu": "compile-ci/runner-cpu:latest", "cuda": "compile-ci/runner-cuda:latest"}
@@ -115,7 +116,8 @@ class DockerRunner:
             with LogSink(spec.log_path, spec.log_mb << 20) as log:
                 pump = threading.Thread(target=_pump_logs, args=(container, log), daemon=True)
                 pump.start()
-                outcome = _wait(container, spec.timeout_s, _ticking(output, should_cancel))
+                watch = LayerWatch(cache.cache if cache is not None else None)
+                outcome = _wait(container, spec.timeout_s, ticking(output, watch, should_cancel))
                 if outcome.kind != "exited":
                     container.kill()
                 container.wait(timeout=STOP_GRACE_S)
@@ -131,7 +133,7 @@ class DockerRunner:
                 return self._infra(start, f"the job's command cannot start: {_first_line(spec.log_path)}")
             report = output.collect()
             return RunResult(exit_code, duration, timed_out=outcome.kind == "timeout",
-                             cancelled=outcome.kind == "cancelled",
+                             cancelled=outcome.kind == "cancelled" and not watch.over, cache_over_cap=watch.over,
                              oom=bool(state.get("OOMKilled")) and outcome.kind == "exited", output=report)
         except docker.errors.ImageNotFound as exc:
             return self._infra(start, f"runner image missing: {exc.explanation or exc}")
@@ -245,14 +247,6 @@ class DockerRunner:
         for volume in self.client.volumes.list(filters=filters):
             self._remove_volume(volume.name)  # one still mounted by a running job is refused, and kept
         return removed
-
-
-def _ticking(output: OutputVolume, should_cancel: ShouldCancel | None) -> ShouldCancel:
-    """The ~1/s callback of the wait: the job's progress copied out now and then, then the worker's own question."""
-    def tick() -> bool:
-        output.refresh_progress()
-        return should_cancel is not None and should_cancel()
-    return tick
 
 
 def _pump_logs(container: Any, log: LogSink) -> None:

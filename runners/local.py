@@ -15,6 +15,7 @@ from typing import IO
 from runners.compile_cache import JobCache, open_job_cache, process_alive, slug
 from runners.gpus import gpu_job_env, visible_devices
 from runners.job_log import LogSink
+from runners.layer_cap import LayerWatch
 from runners.outbox import (
     PROGRESS_EVERY_S,
     PROGRESS_FILE,
@@ -110,7 +111,7 @@ class LocalRunner:
                 pump = threading.Thread(target=_pump, args=(proc.stdout, log), daemon=True)
                 pump.start()
                 try:
-                    outcome = _wait(proc, spec, should_cancel, job_out)
+                    outcome = _wait(proc, spec, should_cancel, job_out, LayerWatch(cache))
                 finally:
                     _kill_group(proc)
                     pump.join(timeout=KILL_GRACE_S)
@@ -132,7 +133,7 @@ class LocalRunner:
         if outcome == "over quota":
             report = OutputReport(report.files, report.bytes, report.problems, report.problem_count, True)
         return RunResult(proc.returncode, duration, timed_out=outcome == "timeout",
-                         cancelled=outcome == "cancelled", output=report)
+                         cancelled=outcome == "cancelled", cache_over_cap=outcome == "cache over cap", output=report)
 
 
 def _pump(stream: IO[bytes], log: LogSink) -> None:
@@ -140,7 +141,8 @@ def _pump(stream: IO[bytes], log: LogSink) -> None:
         log.write(chunk)
 
 
-def _wait(proc: subprocess.Popen[bytes], spec: RunSpec, should_cancel: ShouldCancel | None, job_out: Path) -> str:
+def _wait(proc: subprocess.Popen[bytes], spec: RunSpec, should_cancel: ShouldCancel | None, job_out: Path,
+          watch: LayerWatch) -> str:
     deadline = time.monotonic() + spec.timeout_s
     measured = time.monotonic()
     while True:
@@ -151,6 +153,8 @@ def _wait(proc: subprocess.Popen[bytes], spec: RunSpec, should_cancel: ShouldCan
             proc.wait(timeout=min(1.0, remaining))
             return "exited"
         except subprocess.TimeoutExpired:
+            if watch.check():
+                return "cache over cap"
             if should_cancel is not None and should_cancel():
                 return "cancelled"
         if time.monotonic() - measured >= PROGRESS_EVERY_S:

@@ -55,6 +55,7 @@ class RunResult:
     oom: bool = False
     cancelled: bool = False
     infra_error: str | None = None  # the runner itself failed: not the PR's fault
+    cache_over_cap: bool = False  # an untrusted job's compile-cache layer passed its cap, so it was stopped
     output: OutputReport = field(default_factory=OutputReport)  # what was copied out of the job's output, refused
 
 

@@ -115,6 +115,11 @@ def judge(result: RunResult, attempt: Attempt, cancel_reason: str = "", output_m
     if result.oom:
         return outcome(Conclusion.FAILURE, "Out of memory",
                        f"The job was killed for exceeding its memory limit.{_before(counts)}")
+    if result.cache_over_cap:
+        return outcome(Conclusion.FAILURE, "Compile cache over its cap",
+                       "The job wrote more into its own compile-cache layer than the repository's cache may hold "
+                       "(COMPILE_CI_CACHE_CAP_MB), so it was stopped; the layer went with it and nothing else was "
+                       f"affected.{_before(counts)}")
     if attempt.output.over_quota:
         size = f"{output_mb} MB" if output_mb else "its quota"
         return outcome(Conclusion.FAILURE, f"Output over {size}",

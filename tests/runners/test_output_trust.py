@@ -121,3 +121,27 @@ def test_the_log_is_bounded(runner: Runner, tmp_path: Path) -> None:
     assert runner.run(replace(spec_for(runner, tmp_path, code), log_mb=1)).exit_code == 0
     log = (tmp_path / "out" / "log.txt").read_text()
     assert len(log) < (1 << 20) + 4096 and "the log was cut at 1 MB" in log and "the end" not in log
+
+
+def test_an_untrusted_jobs_cache_layer_is_capped_while_it_runs(runner: Runner, tmp_path: Path) -> None:
+    """The layer an untrusted job writes its compile cache into is on the worker's disk: past the cap the job is
+    stopped with its own outcome, long before its time limit, and its writes go with the layer."""
+    from runners.compile_cache import UNTRUSTED, CacheScope
+
+    code = """
+        import os, time
+        cache = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        os.makedirs(cache, exist_ok=True)
+        with open(os.path.join(cache, "flood.bin"), "wb") as handle:
+            for _ in range(12):
+                handle.write(os.urandom(1 << 20))
+                handle.flush()
+        print("wrote 12 MB", flush=True)
+        time.sleep(50)
+    """
+    scope = CacheScope(tmp_path / "cache", "101", UNTRUSTED, pr=7, cap_mb=4)
+    started = time.monotonic()
+    result = runner.run(replace(spec_for(runner, tmp_path, code, timeout_s=90), cache=scope))
+    assert result.cache_over_cap and not result.cancelled and time.monotonic() - started < 40, result
+    assert "wrote 12 MB" in (tmp_path / "out" / "log.txt").read_text()
+    assert not any(p.name == "flood.bin" for p in (tmp_path / "cache").rglob("*"))
