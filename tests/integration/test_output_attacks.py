@@ -22,6 +22,7 @@ from service.devkit.sandbox.stack import INSTALLATION_ID
 from service.jobs.tasks import create_worker_celery
 from service.store import Store, job_id_of_external
 from service.web.app import create_app
+from suites.naming import sanitise_nodeid
 from tests.integration.test_pipeline import FULL_NAME, await_check_runs, open_pr
 
 SECRET = "BEGIN RSA PRIVATE KEY: the App's key, never to be shown"
@@ -49,6 +50,16 @@ def pytest_unconfigure(config):
             os.symlink(target, path)
     elif attack[0] == "garbage":
         pathlib.Path(out, "junit.xml").write_text("<testsuite><testcase name='x' time='soon'")
+    elif attack[0] == "numbers":  # well-formed files built to break a reader, and a name that is not UTF-8
+        huge = "1" + "0" * 400
+        from suites.naming import sanitise_nodeid
+        folder = pathlib.Path(out, "tests", sanitise_nodeid("tests/test_ok.py::test_fine"))
+        folder.mkdir(parents=True, exist_ok=True)
+        for path in [folder / "metrics.json"]:
+            path.write_text('{"compile_time_s": %s, "graphs": %s, "graph_break_reasons": ["a\\\\u0000b"]}'
+                            % (huge, huge))
+        pathlib.Path(out, "coverage.json").write_text('{"denominator": %s, "covered": ["add"]}' % huge)
+        open(os.path.join(os.fsencode(out), b"bad\\xffname"), "w").write("x")
     elif attack[0] == "fill":
         try:
             with open(os.path.join(out, "big.bin"), "wb") as handle:
@@ -140,6 +151,16 @@ def test_garbage_junit_a_flood_and_then_a_clean_pull_request(docker_settings: Se
     garbage = _pull_request(docker_settings, hostile_repo, emulator, 2, "garbage")
     assert (garbage["conclusion"], garbage["output"]["title"]) == ("failure", "Invalid junit.xml"), _text(garbage)
     assert "Infrastructure" not in _text(garbage)
+
+    numbers = _pull_request(docker_settings, hostile_repo, emulator, 5, "numbers")
+    assert (numbers["conclusion"], numbers["output"]["title"]) == ("failure", "Invalid output"), _text(numbers)
+    job_id = job_id_of_external(numbers["external_id"])
+    client = create_app(docker_settings).test_client()
+    (result,) = Store(docker_settings.database_url).results_of(job_id, 1)
+    assert result.outcome == "passed" and (result.metrics or {}).get("graphs", 0) is None  # 10**400: nothing
+    for path in ("", "/artifacts", f"/tests/{sanitise_nodeid(result.nodeid)}"):
+        assert client.get(f"/jobs/{job_id}{path}").status_code == 200, path
+    assert "bad\\xffname" in client.get(f"/jobs/{job_id}").get_data(as_text=True)  # named, escaped
 
     flood = _pull_request(docker_settings, hostile_repo, emulator, 3, "fill")
     assert (flood["conclusion"], flood["output"]["title"]) == ("failure", "Output over 16 MB"), _text(flood)
