@@ -52,6 +52,7 @@ from service.devkit.sandbox.sample_repo import SampleRepo, create_sample_repo  #
 from service.devkit.sandbox.stack import INSTALLATION_ID, Stack  # noqa: E402
 from service.store import Job, Store  # noqa: E402
 from service.store.claims import Claims  # noqa: E402
+from service.store.rows import INTERNAL_TRIGGERS  # noqa: E402
 
 DEADLINE_S = 1500
 SAMPLE_REPOS: dict[Path, SampleRepo] = {}
@@ -88,8 +89,8 @@ def cpu_jobs(store: Store) -> list[Job]:
 
 
 def reportable_jobs(store: Store) -> list[Job]:
-    """Jobs whose check runs GitHub should show: all but a base run's (compile-ci's own, never reported)."""
-    internal = {r.id for r in store.recent_runs(limit=100_000) if r.trigger == "base"}
+    """Jobs whose check runs GitHub should show: all but internal runs' (a base run's, a canary's: never reported)."""
+    internal = {r.id for r in store.recent_runs(limit=100_000) if r.trigger in INTERNAL_TRIGGERS}
     return [j for j in cpu_jobs(store) if j.run_id not in internal]
 
 

@@ -13,7 +13,13 @@ worker (W threads for the cpu queue's shards, one for reports) and LocalRunner, 
 3. two pull requests on one worker, against the last push: one that changes one model's module (only that model's
    tests run; the others take the base's results) and one that changes zoo/patches.py (everything runs).
 
-Run from the repository root as a module: `python -m bench.shards [--models 6] [--suite correctness] [--workers 1,2,4]`.
+`--targets PATH` runs a declared-targets repository instead of the stand-in, e.g. tests/suites/models_repo (real
+torchvision, timm and transformers classes; its [install] requirements come through the install phase as a job's do):
+its files and its config's [install] and [targets], with [suites] set to this bench's suite on cpu. The first pull
+request changes the module of its first declared target, the second a patches module the bench adds beside it.
+
+Run from the repository root as a module: `python -m bench.shards [--models 6] [--suite correctness] [--workers 1,2,4]
+[--targets tests/suites/models_repo]`.
 """
 
 from __future__ import annotations
@@ -22,10 +28,12 @@ import argparse
 import ast
 import contextlib
 import dataclasses
+import json
 import shutil
 import subprocess
 import tempfile
 import time
+import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +65,8 @@ MODELS = {
                                               "[1, 1, 1, 0, 2, 3, 2, 0, 3]]))"),
 }
 HEADER = "import math\n\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n\n"
+PATCH = "from torch._inductor import lowering  # a patch lives here ({})\n"  # the compiler surface: everything runs
+CONFIG_NAMES = (".compile-ci.toml", "compile-ci.toml")
 
 
 def model_modules(count: int) -> dict[str, str]:
@@ -69,6 +79,51 @@ def model_modules(count: int) -> dict[str, str]:
         files[f"zoo/{name}.py"] = (f'"""{cls}: one model of the zoo."""\n\n{HEADER}{classes[cls]}\n\n\n'
                                    f"def examples():\n    return [({name!r}, {cls}, {inputs})]\n")
     return files
+
+
+@dataclasses.dataclass(frozen=True)
+class Repository:
+    files: dict[str, str]  # path -> text, committed one by one before the config
+    config: str  # .compile-ci.toml
+    model: str  # the module of one declared target: the first pull request changes it
+    patches: str  # a module holding a compiler patch: the second pull request changes it
+
+
+def stand_in_repository(count: int, suite: str) -> Repository:
+    modules = model_modules(count)
+    specs = ", ".join(f'"zoo.{Path(p).stem}:examples"' for p in modules)
+    config = (f'[suites]\ndevices = ["cpu"]\nrun = ["{suite}"]\nflaky_reruns = 0\n'
+              f"[targets]\nmodels = [{specs}]\n")
+    return Repository({"zoo/__init__.py": "", **modules}, config, next(iter(modules)), "zoo/patches.py")
+
+
+def declared_repository(path: Path, suite: str) -> Repository:
+    """A repository with [targets] (its config named .compile-ci.toml or compile-ci.toml), its [suites] replaced."""
+    config_file = next((path / name for name in CONFIG_NAMES if (path / name).is_file()), None)
+    if config_file is None:
+        raise SystemExit(f"--targets {path}: no {' or '.join(CONFIG_NAMES)} there")
+    config = tomllib.loads(config_file.read_text())
+    config["suites"] = {**config.get("suites", {}), "devices": ["cpu"], "run": [suite], "flaky_reruns": 0}
+    files = {f.relative_to(path).as_posix(): f.read_text() for f in sorted(path.rglob("*"))
+             if f.is_file() and "__pycache__" not in f.parts and f != config_file}
+    specs = [spec for kind in ("models", "fuse") for spec in config.get("targets", {}).get(kind, [])]
+    if not specs:
+        raise SystemExit(f"--targets {path}: its config declares no [targets] models or fuse")
+    stem = specs[0].split(":", 1)[0].replace(".", "/")
+    model = next((m for m in (f"{stem}.py", f"{stem}/__init__.py") if m in files), None)
+    if model is None:
+        raise SystemExit(f"--targets {path}: the module of {specs[0]!r} is not in it")
+    return Repository(files, toml_text(config), model, str(Path(model).parent / "compile_ci_bench_patches.py"))
+
+
+def toml_text(config: dict[str, object]) -> str:
+    """A config's tables of strings, numbers, booleans and lists of them as TOML (JSON's literals are TOML's)."""
+    lines = []
+    for table, values in config.items():
+        if not isinstance(values, dict) or any(isinstance(v, dict) for v in values.values()):
+            raise SystemExit(f"--targets: only tables of plain values are supported, not [{table}] as it is")
+        lines += [f"[{table}]", *(f"{key} = {json.dumps(value)}" for key, value in values.items())]
+    return "\n".join(lines) + "\n"
 
 
 class Zoo:
@@ -142,7 +197,12 @@ def main() -> int:
     parser.add_argument("--suite", default="correctness")
     parser.add_argument("--models", type=int, default=6)
     parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--targets", type=Path, default=None, metavar="PATH",
+                        help="a declared-targets repository instead of the stand-in models (e.g. "
+                             "tests/suites/models_repo); --models then does not apply")
     args = parser.parse_args()
+    declared = (declared_repository(args.targets, args.suite) if args.targets
+                else stand_in_repository(args.models, args.suite))
     root = Path(tempfile.mkdtemp(prefix="compile-ci-bench-shards-"))
     port = free_port()
     redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
@@ -158,14 +218,10 @@ def main() -> int:
             repo = root / "repos" / FULL_NAME
             repo.mkdir(parents=True)
             subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-            modules = model_modules(args.models)
-            for path, text in {"zoo/__init__.py": "", **modules}.items():
+            for path, text in declared.files.items():
                 commit_file(repo, "main", path, text, f"add {path}")
-            commit_file(repo, "main", "zoo/patches.py", "from torch._inductor import lowering  # a patch lives here\n",
-                        "patches")
-            specs = ", ".join(f'"zoo.{Path(p).stem}:examples"' for p in modules)
-            commit_file(repo, "main", ".compile-ci.toml", f'[suites]\ndevices = ["cpu"]\nrun = ["{args.suite}"]\n'
-                        f"flaky_reruns = 0\n[targets]\nmodels = [{specs}]\n", "declare the zoo")
+            commit_file(repo, "main", declared.patches, PATCH.format("v1"), "patches")
+            commit_file(repo, "main", ".compile-ci.toml", declared.config, "declare the zoo")
             zoo = Zoo(settings, emulator, repo)
             with worker(settings, 1) as one:
                 warm = zoo.push(one, "warm-up")
@@ -179,11 +235,11 @@ def main() -> int:
             first = next(iter(walls.values()))
             print("speed-up: " + ", ".join(f"{w} workers {first / wall:.2f}x" for w, wall in walls.items()))
             with worker(settings, 1) as one:
-                name = next(iter(modules))
-                model = zoo.pull_request(one, name, modules[name] + "\n# a comment\n")
+                name = declared.model
+                model = zoo.pull_request(one, name, declared.files[name] + "\n# a comment\n")
                 print(f"pull request changing {name} (1 worker): {describe(zoo, model)}", flush=True)
-                patch = zoo.pull_request(one, "zoo/patches.py", "from torch._inductor import lowering  # v2\n")
-                print(f"pull request changing zoo/patches.py (1 worker): {describe(zoo, patch)}", flush=True)
+                patch = zoo.pull_request(one, declared.patches, PATCH.format("v2"))
+                print(f"pull request changing {declared.patches} (1 worker): {describe(zoo, patch)}", flush=True)
             left = len([r for r in zoo.store.results_of(model.id, model.attempt) if r.not_affected])
             ratio = (model.duration_s or 0) / (patch.duration_s or 1)
             print(f"affected targets only: {model.duration_s:.1f} s against {patch.duration_s:.1f} s "

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import base64
 import fcntl
+import logging
 import os
 import subprocess
 import tarfile
 from pathlib import Path
 from urllib.parse import urlparse
+
+log = logging.getLogger(__name__)
 
 
 class CheckoutError(RuntimeError):
@@ -27,6 +30,7 @@ class Checkout:
         # shallow.lock would fail the second ("File exists"), an infrastructure error; so one fetch at a time.
         with open(self.mirrors_dir / f".{key}.lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            _remove_stale_locks(mirror)
             if not (mirror / "HEAD").exists():
                 mirror.mkdir(parents=True, exist_ok=True)
                 _git(["init", "--bare", "-q", str(mirror)], token=None)
@@ -34,9 +38,11 @@ class Checkout:
                 return mirror
             # Fetching one sha by name needs uploadpack.allowAnySHA1InWant on the serving side; GitHub
             # allows it, and for local file:// remotes git passes our -c setting to upload-pack.
+            # gc.autoDetach=false: a `gc --auto` the fetch starts runs inside the flock, not on after it in the
+            # background holding packed-refs.lock while the next fetch clears the locks it finds.
             _git(
-                ["-c", "uploadpack.allowAnySHA1InWant=true", "--git-dir", str(mirror), "fetch", "-q",
-                 "--no-tags", "--depth=1", clone_url, sha],
+                ["-c", "uploadpack.allowAnySHA1InWant=true", "-c", "gc.autoDetach=false", "--git-dir", str(mirror),
+                 "fetch", "-q", "--no-tags", "--depth=1", clone_url, sha],
                 token=token, url=clone_url,
             )
         return mirror
@@ -73,6 +79,18 @@ class Checkout:
             _extract_safely(tar, dest)
         archive.unlink()
         return dest
+
+
+def _remove_stale_locks(mirror: Path) -> None:
+    """git's lock files (shallow.lock, packed-refs.lock, a ref's .lock, ...) a git process killed mid-fetch left:
+    each makes every later fetch fail with "File exists". Called under the mirror's flock, where every git that
+    writes this mirror runs, so no live process holds one."""
+    if not mirror.is_dir():
+        return
+    for stale in (*mirror.glob("*.lock"), *(mirror / "refs").rglob("*.lock")):
+        if stale.is_file():
+            log.warning("removing %s: a git process that died mid-fetch left it", stale)
+            stale.unlink(missing_ok=True)
 
 
 def _has_commit(mirror: Path, sha: str) -> bool:

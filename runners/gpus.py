@@ -8,6 +8,9 @@ suite never takes memory on a GPU a cuda job is using.
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
+from pathlib import Path
 
 # NVLink multicast (NCCL's NVLS, PyTorch's symmetric memory, NVSHMEM) stays off in every cuda job, whatever runner
 # starts it: on a GPU host that others share, a program using it can put every GPU of the host out of service. Plain
@@ -38,3 +41,16 @@ def visible_devices(device: str, gpus: tuple[str, ...]) -> str | None:
 def gpu_job_env(device: str) -> dict[str, str]:
     """Variables every job on `device` gets after its own (so a job cannot turn them back on): GPU_JOB_ENV for cuda."""
     return dict(GPU_JOB_ENV) if device == "cuda" else {}
+
+
+def host_gpu_count() -> int:
+    """The GPUs this host shows a worker: `nvidia-smi -L`'s GPU lines where it runs, else the /dev/nvidiaN nodes."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            listed = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            listed = None
+        if listed is not None and listed.returncode == 0:
+            return sum(1 for line in listed.stdout.splitlines() if line.startswith("GPU "))
+    return sum(1 for node in Path("/dev").glob("nvidia*") if re.fullmatch(r"nvidia[0-9]+", node.name))

@@ -88,9 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         os.execv(command[0], command)
     if args.command == "worker":
         settings = _validated_settings()
+        from runners.gpus import host_gpu_count
         from service.jobs.planning import worker_queues_problem
 
-        if problem := worker_queues_problem(args.queues.split(","), settings.gpus):
+        if problem := worker_queues_problem(args.queues.split(","), settings.gpus, host_gpu_count):
             parser.error(problem)
         queues = _worker_queues(settings, args.queues.split(","), args.torch)
         args.queues = ",".join(queues)

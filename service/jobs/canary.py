@@ -33,8 +33,13 @@ def start_canaries(ctx: WorkerContext, day: date | None = None) -> list[str]:
         return []  # nothing to tell anyone about: the deployment lists no advisory version
     day = day or utcnow().date()
     suites = builtin_suites(ctx.suites_dir)
-    did = []
-    for push in newest_runs(ctx.store, "push"):
+    did: list[str] = []
+    pushes = newest_runs(ctx.store, "push")
+    # Installed, but no push of its default branch recorded yet: nothing to run the canary at (said, not silent).
+    seen = {push.repo_full_name for push in pushes}
+    did += [f"{name}: no canary (no default-branch push seen yet)" for name in ctx.store.installed_repos()
+            if name not in seen]
+    for push in pushes:
         reason = _left_out(ctx, push, suites)
         if reason:
             did.append(f"{push.repo_full_name}: no canary ({reason})")
@@ -48,6 +53,7 @@ def start_canaries(ctx: WorkerContext, day: date | None = None) -> list[str]:
             ctx.queue.plan_run(run.id)
         did.append(f"{push.repo_full_name}: canary {run.id} on torch {advisory.name} at {push.head_sha[:12]}"
                    + ("" if created else " (already started today)"))
+    did.sort(key=lambda line: line.split(":", 1)[0])  # by repository
     for line in did:
         log.info("canary: %s", line)
     return did

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,11 +26,18 @@ def ops_scope(trigger: str) -> str:
     return "all" if trigger in ("push", "canary") else "aimed"
 
 
-def worker_queues_problem(queues: list[str], gpus: tuple[str, ...]) -> str | None:
-    """Why a worker may not consume these queues with these GPUs (COMPILE_CI_GPUS; empty: every GPU of the host)."""
-    if MULTI_GPU_QUEUE in queues and len(gpus) == 1:
+def worker_queues_problem(queues: list[str], gpus: tuple[str, ...], host_gpus: Callable[[], int]) -> str | None:
+    """Why a worker may not consume these queues with these GPUs (COMPILE_CI_GPUS; empty: every GPU of the host,
+    as many as `host_gpus()` counts, asked only then)."""
+    if MULTI_GPU_QUEUE not in queues:
+        return None
+    if len(gpus) == 1:
         return (f"--queues {MULTI_GPU_QUEUE}: its jobs run on two GPUs, but COMPILE_CI_GPUS gives this worker one "
                 f"({gpus[0]}); give it two (COMPILE_CI_GPUS=0,1) or leave it empty for every GPU of the host")
+    if not gpus and (seen := host_gpus()) < 2:
+        return (f"--queues {MULTI_GPU_QUEUE}: its jobs run on two GPUs, but this host shows {seen} (nvidia-smi -L, "
+                f"else /dev/nvidiaN) and COMPILE_CI_GPUS is empty; run it on a host with two, or name two that the "
+                f"runner can reach (COMPILE_CI_GPUS=0,1)")
     return None
 
 

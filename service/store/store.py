@@ -256,6 +256,12 @@ class Store:
             query = select(InstalledRepo.full_name).where(InstalledRepo.installation_id == installation_id)
             return list(s.scalars(query))
 
+    def installed_repos(self) -> list[str]:
+        """The repositories the App is installed on now, as recorded (by name)."""
+        with self.session() as s:
+            query = select(InstalledRepo.full_name).where(InstalledRepo.installed.is_(True))
+            return list(s.scalars(query.order_by(InstalledRepo.full_name)))
+
     def is_uninstalled(self, full_name: str) -> bool:
         """True only for a removal we recorded: repositories installed before we kept records still run."""
         with self.session() as s:

@@ -21,3 +21,22 @@ def test_concurrent_fetches_into_one_mirror_all_succeed(tmp_path: Path) -> None:
     assert len(set(mirrors)) == 1
     for n, sha in enumerate(shas):
         assert checkout.read_file(mirrors[0], sha, f"file{n}.txt") == f"{n}\n"
+
+
+def test_a_fetch_clears_the_locks_a_dead_git_left_in_the_mirror(tmp_path: Path) -> None:
+    """A worker killed mid-fetch leaves git's shallow.lock (and others): every later fetch of that repository
+    failed with "File exists" until someone removed it by hand. Under the mirror's flock no other fetch runs,
+    so a lock found there is stale."""
+    origin = tmp_path / "origin"
+    subprocess.run(["git", "init", "-q", "-b", "main", str(origin)], check=True)
+    first = commit_file(origin, "main", "a.txt", "a\n", "first")
+    second = commit_file(origin, "main", "b.txt", "b\n", "second")
+    checkout = Checkout(tmp_path / "mirrors")
+    mirror = checkout.fetch(origin.as_uri(), first, key="octo-widgets")
+    stale = [mirror / "shallow.lock", mirror / "packed-refs.lock", mirror / "refs" / "heads" / "main.lock"]
+    for lock in stale:
+        lock.write_text("left by a killed git fetch\n")
+
+    assert checkout.fetch(origin.as_uri(), second, key="octo-widgets") == mirror
+    assert checkout.read_file(mirror, second, "b.txt") == "b\n"
+    assert [lock for lock in stale if lock.exists()] == []

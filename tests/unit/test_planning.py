@@ -1,7 +1,11 @@
 """Planning: which (suite, device) jobs a run gets."""
 
+import os
 from pathlib import Path
 
+import pytest
+
+from runners.gpus import host_gpu_count
 from service.jobs.planning import (
     PlannedJob,
     builtin_suites,
@@ -81,8 +85,33 @@ def test_without_a_two_gpu_worker_the_distributed_cuda_job_is_skipped_or_left_ou
     assert served_queues(("cpu",), frozenset({"cpu", "cuda2"})) == ("cpu",)  # no cuda at all: cuda's own reason
 
 
+def _never_asked() -> int:
+    raise AssertionError("the host's GPUs are counted only when COMPILE_CI_GPUS is empty and cuda2 is asked for")
+
+
 def test_a_two_gpu_worker_must_be_given_two_gpus() -> None:
-    assert worker_queues_problem(["cuda2"], ("0", "1")) is None
-    assert worker_queues_problem(["cuda", "cuda2"], ()) is None  # every GPU of the host
-    assert worker_queues_problem(["cuda"], ("1",)) is None
-    assert "COMPILE_CI_GPUS gives this worker one (1)" in (worker_queues_problem(["cuda2"], ("1",)) or "")
+    assert worker_queues_problem(["cuda2"], ("0", "1"), _never_asked) is None
+    assert worker_queues_problem(["cuda", "cuda2"], (), lambda: 2) is None  # every GPU of the host: two
+    assert worker_queues_problem(["cuda2"], (), lambda: 8) is None
+    assert worker_queues_problem(["cuda"], ("1",), _never_asked) is None
+    assert worker_queues_problem(["cuda", "cpu"], (), _never_asked) is None  # one GPU is enough for cuda
+    assert "COMPILE_CI_GPUS gives this worker one (1)" in (worker_queues_problem(["cuda2"], ("1",), _never_asked)
+                                                          or "")
+    # COMPILE_CI_GPUS empty: every GPU of the host, and a host with one (or none) cannot run a two-rank job.
+    for seen in (1, 0):
+        said = worker_queues_problem(["cuda", "cuda2"], (), lambda seen=seen: seen) or ""
+        assert f"--queues cuda2: its jobs run on two GPUs, but this host shows {seen}" in said
+        assert "COMPILE_CI_GPUS=0,1" in said
+
+
+def test_the_hosts_gpus_are_counted_from_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real executable named nvidia-smi on PATH, printing what the driver's prints on a MIG-split two-GPU host."""
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n[ \"$1\" = -L ] || exit 9\n"
+                   "echo 'GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0a1b2c3d-0000-1111-2222-333344445555)'\n"
+                   "echo '  MIG 3g.40gb     Device  0: (UUID: MIG-0a1b2c3d-0000-1111-2222-333344445555)'\n"
+                   "echo 'GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-9a1b2c3d-0000-1111-2222-333344445555)'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert host_gpu_count() == 2
+    assert worker_queues_problem(["cuda2"], (), host_gpu_count) is None

@@ -1,0 +1,38 @@
+"""bench/shards.py builds the repository it measures: its stand-in zoo, or a declared-targets repository given with
+--targets (tests/suites/models_repo); either way the service must read the config it writes as the bench means it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.shards import declared_repository, stand_in_repository
+from service.jobs.planning import builtin_suites
+from service.repo_config import RepoConfig, parse_repo_config
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITES = builtin_suites(ROOT / "suites")
+
+
+def _parsed(text: str) -> RepoConfig:
+    config = parse_repo_config(text, SUITES)
+    assert isinstance(config, RepoConfig), [p.render() for p in config]
+    return config
+
+
+def test_the_real_model_repository_keeps_its_install_and_targets_and_runs_the_benchs_suite() -> None:
+    repo = declared_repository(ROOT / "tests" / "suites" / "models_repo", "autograd")
+    config = _parsed(repo.config)
+    assert (config.suites, config.devices, config.flaky_reruns) == (("autograd",), ("cpu",), 0)
+    assert config.requirements == ("torchvision==0.28.0", "timm==1.0.31", "transformers==5.17.0")
+    assert not config.install_package
+    assert config.targets == {"models": ["realzoo.models:examples"], "fuse": ["realzoo.fused:examples"]}
+    assert repo.model == "realzoo/models.py" and "realzoo/vision_ops.py" in repo.files
+    assert "compile-ci.toml" not in repo.files and not any("__pycache__" in p for p in repo.files)
+    assert repo.patches == "realzoo/compile_ci_bench_patches.py" and repo.patches not in repo.files
+
+
+def test_the_stand_in_zoo_declares_one_module_per_model() -> None:
+    repo = stand_in_repository(2, "correctness")
+    config = _parsed(repo.config)
+    assert config.targets == {"models": ["zoo.resnet_block:examples", "zoo.unet_block:examples"]}
+    assert (repo.model, repo.patches) == ("zoo/resnet_block.py", "zoo/patches.py")
