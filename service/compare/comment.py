@@ -54,7 +54,7 @@ def render_comment(head_sha: str, base_sha: str | None, checks: list[CheckSummar
     if unusable:
         lines += ["", f"No usable base result for {', '.join(unusable)}: judged as without a base."]
     for title, pick in (
-        ("New failures", lambda j: [(t.nodeid, "") for t in j.of(Verdict.NEW_FAILURE, Verdict.FAILED)]),
+        ("New failures", lambda j: [(t.nodeid, t.also_failing) for t in j.of(Verdict.NEW_FAILURE, Verdict.FAILED)]),
         # One entry per test, as the table counts them; a test over two limits says both.
         ("Budget violations", lambda j: [(t.nodeid, "; ".join(v.describe() for v in t.violations))
                                          for t in j.tests if t.violations]),

@@ -123,7 +123,8 @@ def _listed(title: str, tests: list[TestJudgement], test_url: Callable[[str], st
         # The detail is ours around the job's words (dynamo's reasons): prose; the job's own message is code.
         said = _said(t.detail) if t.detail else code_span(_first_line(t.message), limit=400) if t.message else ""
         unbased = " (no base result)" if t.verdict == Verdict.FAILED else ""
-        lines.append(f"- {_test_link(t.nodeid, test_url)}{unbased}" + (f": {said}" if said else ""))
+        elsewhere = f" — {_said(t.also_failing)}" if t.also_failing else ""
+        lines.append(f"- {_test_link(t.nodeid, test_url)}{unbased}" + (f": {said}" if said else "") + elsewhere)
     return lines + _more(len(tests))
 
 
