@@ -10,7 +10,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
-from runners.untrusted_files import read_head
+from runners.untrusted_files import is_regular, read_head
 from service.compare.history import known_flaky, summarize
 from service.store import Run, utcnow
 from service.store.history import results_across_runs
@@ -57,6 +57,16 @@ def _repro(folder: Path) -> str:
         return ""
 
 
+# What suites/explain.py leaves beside a failing test's repro.py: torch's minifier on the model, and the generated
+# module that crashed (runnable on its own). Linked through the job's file route, which serves plain files only.
+REPRO_EXTRAS = (("minify.py", "runs torch's minifier on the model, down to the smallest failing graph"),
+                ("crashed_graph.py", "the generated module that crashed, runnable on its own"))
+
+
+def _repro_extras(folder: Path) -> list[tuple[str, str]]:
+    return [(name, said) for name, said in REPRO_EXTRAS if is_regular(folder, name)]
+
+
 @blueprint.get("/jobs/<job_id>/tests/<name>")
 @blueprint.get("/jobs/<job_id>/attempts/<int:number>/tests/<name>")
 def test_page(job_id: str, name: str, number: int | None = None) -> str:
@@ -71,6 +81,7 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
     formatter = HtmlFormatter(linenos="table", cssclass="code")
     codes = [(path.name, *_highlighted(path, formatter)) for path in code_paths(folder)] if folder else []
     repro = _repro(folder) if folder is not None else ""
+    extras = _repro_extras(folder) if folder is not None else []
     public_url = wiring().settings.public_url  # the address the developer's compile-ci repro reaches
     chart, points = _history_chart(run, job, nodeid)
     across = results_across_runs(wiring().store, run.repo_full_name, job.suite, job.device, [nodeid], limit=100,
@@ -78,7 +89,8 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
     return render_template("test.html", run=run, job=job, name=name, nodeid=nodeid, codes=codes, outcome=outcome,
                            metrics=metrics_view.rows({k: v for k, v in metrics.items() if k != "outcome"}),
                            failure=failure,
-                           repro=repro, chart=chart, points=points, across=summarize(across, run.pr_number),
+                           repro=repro, extras=extras, chart=chart, points=points,
+                           across=summarize(across, run.pr_number),
                            known=known_flaky(across, utcnow(), exclude_pr=run.pr_number).get(nodeid),
                            history=history_url(run.repo_id, job.suite, queue_for(job.device, job.torch), nodeid),
                            repro_command=f"compile-ci repro {public_url.rstrip('/')}{job.base}/tests/{name}",
