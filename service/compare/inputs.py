@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 from runners.untrusted_files import read_head
@@ -12,7 +13,7 @@ from service.compare.budgets import Budgets, parse_budgets
 from service.compare.history import FLAKY_WINDOW, HistorySummary, KnownFlaky, known_flaky, summaries
 from service.compare.judgement import BaseInfo, BaseStatus, Judgement, judge
 from service.store import Job, Run, Store, TestResult, job_id_for, utcnow
-from service.store.history import results_across_runs
+from service.store.history import TestRun, results_across_runs
 from suites.naming import sanitise_nodeid
 
 NULL_SHA = "0" * 40
@@ -60,10 +61,17 @@ def history_of(store: Store, run: Run, job: Job, results: list[TestResult]
     if not failing:
         return {}, {}
     now = job.finished_at or utcnow()
-    runs = [r for r in results_across_runs(store, run.repo_full_name, job.suite, job.device, failing,
-                                           since=now - FLAKY_WINDOW, before=now, torch=job.torch)
-            if r.run_id != run.id]
+    runs = evidence_of(store, run, job.suite, job.device, job.torch, now, failing)
     return known_flaky(runs, now, exclude_pr=run.pr_number), summaries(runs, exclude_pr=run.pr_number)
+
+
+def evidence_of(store: Store, run: Run, suite: str, device: str, torch: str, when: datetime,
+                nodeids: list[str]) -> list[TestRun]:
+    """What judging a job of `run` that finished `when` reads of `nodeids`' history (newest first): the
+    repository's other runs of the last FLAKY_WINDOW that finished by then. The test page reads the same."""
+    return [r for r in results_across_runs(store, run.repo_full_name, suite, device, nodeids,
+                                           since=when - FLAKY_WINDOW, before=when, torch=torch)
+            if r.run_id != run.id]
 
 
 def _with(info: BaseInfo, status: BaseStatus, reason: str = "") -> BaseInfo:
