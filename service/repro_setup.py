@@ -38,12 +38,18 @@ def at_commit(clone: Path, sha: str, pull_request: int | None, checkout: bool) -
         raise ReproError(f"{clone} is not a git clone of the repository ({head.stderr.strip() or 'no HEAD'}); clone "
                          "it and run compile-ci repro there, or pass --any-commit to run against these files as "
                          "they are")
+    changed = _git(clone, "status", "--porcelain", "--untracked-files=no").stdout.rstrip()
     if head.stdout.strip() == sha:
+        if changed:
+            files = changed.splitlines()
+            named = ", ".join(line[3:] for line in files[:3]) + (", …" if len(files) > 3 else "")
+            return (f"WARNING: the clone is at the job's commit {sha[:12]} but has uncommitted changes "
+                    f"({len(files)} files: {named}): the repro runs your edited files, not the job's; `git stash` "
+                    "first to run exactly what the job ran")
         return f"the clone is at the job's commit {sha[:12]}"
     if not checkout:
         raise ReproError(f"the clone is at {head.stdout.strip()[:12]}, the job ran {sha[:12]}: `git checkout "
                          f"{sha}` (or leave out --no-checkout and compile-ci repro does it)")
-    changed = _git(clone, "status", "--porcelain", "--untracked-files=no").stdout.strip()
     if changed:
         raise ReproError(f"the clone has uncommitted changes ({len(changed.splitlines())} files), and the job ran "
                          f"{sha[:12]}: commit or stash them first (or check out {sha[:12]} yourself)")
@@ -79,6 +85,12 @@ def install_wheels(base: str, wheels: list[dict[str, Any]], work: Path) -> Path 
     (kept: a second repro of the same job installs nothing). None when the job had no requirements."""
     if not wheels:
         return None
+    for wheel in wheels:
+        missing = [k for k in ("name", "url", "sha256") if not isinstance(wheel, dict) or not
+                   isinstance(wheel.get(k), str) or not wheel[k]]
+        if missing:
+            raise ReproError(f"the job's list of wheels has an entry without its {', '.join(missing)} "
+                             f"({str(wheel)[:200]}): the service sent a malformed repro.json; nothing installed")
     key = hashlib.sha256(json.dumps(sorted(w["sha256"] for w in wheels)).encode()).hexdigest()[:16]
     site = work / f"site-{key}"
     if (site / ".compile-ci-ready").exists():

@@ -44,16 +44,17 @@ def render_comment(head_sha: str, base_sha: str | None, checks: list[CheckSummar
         icon = ICONS.get(c.conclusion, "")
         lines.append(f"| {link(plain(c.name, inline=True), c.url)} | {icon} {plain(c.verdict.title, inline=True)} | "
                      + " | ".join(map(str, figures)) + " |")
-    waiting = [plain(c.name, inline=True) for c in checks
-               if c.judgement is not None and c.judgement.base.status == BaseStatus.PENDING]
-    unusable = [plain(c.name, inline=True) for c in checks if c.judgement is not None
-                and c.judgement.base.status in (BaseStatus.BROKEN, BaseStatus.NONE) and c.conclusion != "neutral"]
+    # A check that did not run (neutral: no runner, no tests) waits for no base and needs none.
+    waiting = [plain(c.name, inline=True) for c in checks if c.judgement is not None and _ran(c)
+               and c.judgement.base.status == BaseStatus.PENDING]
+    unusable = [plain(c.name, inline=True) for c in checks if c.judgement is not None and _ran(c)
+                and c.judgement.base.status in (BaseStatus.BROKEN, BaseStatus.NONE)]
     if waiting:
         lines += ["", f"Base still running for {', '.join(waiting)}: this comment is updated when it finishes."]
     if unusable:
         lines += ["", f"No usable base result for {', '.join(unusable)}: judged as without a base."]
     for title, pick in (
-        ("New failures", lambda j: [(t.nodeid, "") for t in j.of(Verdict.NEW_FAILURE, Verdict.FAILED)]),
+        ("New failures", lambda j: [(t.nodeid, t.also_failing) for t in j.of(Verdict.NEW_FAILURE, Verdict.FAILED)]),
         # One entry per test, as the table counts them; a test over two limits says both.
         ("Budget violations", lambda j: [(t.nodeid, "; ".join(v.describe() for v in t.violations))
                                          for t in j.tests if t.violations]),
@@ -65,9 +66,15 @@ def render_comment(head_sha: str, base_sha: str | None, checks: list[CheckSummar
     return "\n".join(lines)
 
 
+def _ran(c: CheckSummary) -> bool:
+    """Not a check that never ran its tests (neutral); an advisory torch's judged check is neutral but ran."""
+    return c.conclusion != "neutral" or c.verdict.advisory
+
+
 def _section(title: str, checks: list[CheckSummary],
              pick: Callable[[Judgement], list[tuple[str, str]]]) -> list[str]:
-    entries = [(c, nodeid, said) for c in checks if c.judgement is not None
+    # Only checks whose verdict is judged: a row that shows "–" (a timed-out job, say) lists nothing below.
+    entries = [(c, nodeid, said) for c in checks if c.verdict.judged and c.judgement is not None
                and c.judgement.base.status == BaseStatus.READY for nodeid, said in pick(c.judgement)]
     if not entries:
         return []

@@ -18,6 +18,7 @@ from service.store.history import TestRun
 
 FLAKY_WINDOW = timedelta(days=14)
 KNOWN_AFTER = 2
+MAX_PRS_SAID = 5  # other pull requests named in "also failing in #12, #15"
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,16 @@ class HistorySummary:
     @property
     def failure_rate(self) -> float:
         return self.failed / self.runs if self.runs else 0.0
+
+    def also_failing(self, shown: int = MAX_PRS_SAID) -> str:
+        """"also failing on the default branch and in #12, #15", or "" when it fails nowhere else now (plain text:
+        the surfaces that show it make it inert, so no pull request is pinged or cross-referenced)."""
+        where = ["on the default branch"] if self.default_branch_outcome in FAILING else []
+        if self.failing_prs:
+            more = len(self.failing_prs) - shown
+            prs = ", ".join(f"#{pr}" for pr in self.failing_prs[:shown]) + (f" and {more} more" if more > 0 else "")
+            where.append(f"in {prs}")
+        return f"also failing {' and '.join(where)}" if where else ""
 
 
 def was_flaky(run: TestRun) -> bool:
@@ -74,3 +85,11 @@ def summarize(runs: Sequence[TestRun], exclude_pr: int | None = None) -> History
         runs=len(runs), failed=sum(r.outcome in FAILING for r in runs), flaky=sum(was_flaky(r) for r in runs),
         default_branch_outcome=newest_default,
         failing_prs=tuple(sorted(pr for pr, outcome in newest_per_pr.items() if outcome in FAILING)))
+
+
+def summaries(runs: Iterable[TestRun], exclude_pr: int | None = None) -> dict[str, HistorySummary]:
+    """Per test, `summarize` of its rows among `runs` (newest first, several tests: one query's rows)."""
+    by_test: dict[str, list[TestRun]] = {}
+    for run in runs:
+        by_test.setdefault(run.nodeid, []).append(run)
+    return {nodeid: summarize(rows, exclude_pr) for nodeid, rows in by_test.items()}

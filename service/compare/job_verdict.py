@@ -77,12 +77,12 @@ def _judged(conclusion: str, title: str, raw_title: str, judgement: Judgement | 
     left = len(judgement.of(Verdict.NOT_AFFECTED))
     counts = dict(new=new, budget=budget, at_base=at_base, flaky=flaky, known_flaky=known, fixed=fixed,
                   not_affected=left)
-    notes = [said for said in (_count(at_base, "failing at base", "failing at base"), _count(flaky, "flaky", "flaky"),
-                               _count(known, "known flaky", "known flaky"), _count(fixed, "fixed", "fixed"),
-                               _count(left, "not affected (base result)", "not affected (base results)")) if said]
+    notes = [said for said in (counted(at_base, "failing at base", "failing at base"), counted(flaky, "flaky", "flaky"),
+                               counted(known, "known flaky", "known flaky"), counted(fixed, "fixed", "fixed"),
+                               counted(left, "not affected (base result)", "not affected (base results)")) if said]
     if new or budget:
-        red = [said for said in (_count(new, "new failure", "new failures"),
-                                 _count(budget, "budget violation", "budget violations")) if said]
+        red = [said for said in (counted(new, "new failure", "new failures"),
+                                 counted(budget, "budget violation", "budget violations")) if said]
         return JobVerdict("failure", f"{', '.join(red + notes)} — {raw_title}", True, **counts)
     if notes:
         return JobVerdict("success", f"Green — {', '.join(notes)} ({raw_title})", True, **counts)
@@ -98,5 +98,6 @@ def badges_of(verdict: str, over_budget: bool) -> list[str]:
     return words + [BUDGET] if over_budget else words
 
 
-def _count(n: int, one: str, many: str) -> str:
+def counted(n: int, one: str, many: str) -> str:
+    """"1 new failure", "2 new failures", "" for none: every count the check run and the comment say of tests."""
     return f"{n} {one if n == 1 else many}" if n else ""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from service.compare.budgets import Budgets, Violation, violations
-from service.compare.history import KnownFlaky
+from service.compare.history import HistorySummary, KnownFlaky
 from service.compare.ledger import Ledger, ledger_of
 from service.compare.ledger_deltas import Delta, deltas_of, ranked, uncompared_times
 from service.compare.verdicts import RED, Verdict, classify
@@ -42,6 +42,12 @@ class TestJudgement:
     code_changed: bool = False
     message: str = ""
     known_flaky: KnownFlaky | None = None
+    elsewhere: HistorySummary | None = None  # a red test's recent results in the repository's other runs
+
+    @property
+    def also_failing(self) -> str:
+        """A new failure's "also failing on the default branch / in #12, #15" ("" when it fails nowhere else)."""
+        return self.elsewhere.also_failing() if self.elsewhere is not None and self.verdict in RED else ""
 
     @property
     def detail(self) -> str:
@@ -90,9 +96,11 @@ class Judgement:
 
 def judge(head: Sequence[TestResult], base: Sequence[TestResult] | None, info: BaseInfo, budgets: Budgets,
           code_changed: Callable[[str], bool] = lambda nodeid: False,
-          flaky: Mapping[str, KnownFlaky] | None = None) -> Judgement:
+          flaky: Mapping[str, KnownFlaky] | None = None,
+          history: Mapping[str, HistorySummary] | None = None) -> Judgement:
     """Every head test's verdict; with no usable base (`base` None), each is judged as without comparison.
-    `flaky`: the known-flaky tests (service/compare/history.py), whose failures are warnings, not red."""
+    `flaky`: the known-flaky tests (service/compare/history.py), whose failures are warnings, not red;
+    `history`: failing tests' results elsewhere in the repository, which a new failure's line repeats."""
     by_id = {r.nodeid: r for r in base or ()}
     tests, deltas, uncompared = [], [], Counter[tuple[str, str]]()
     for result in head:
@@ -106,15 +114,16 @@ def judge(head: Sequence[TestResult], base: Sequence[TestResult] | None, info: B
         known = (flaky or {}).get(result.nodeid) if verdict in RED else None
         if known is not None:
             verdict = Verdict.KNOWN_FLAKY
+        elsewhere = (history or {}).get(result.nodeid) if verdict in RED else None
         if other is None:
             tests.append(TestJudgement(result.nodeid, verdict, head_ledger, None, message=result.message,
-                                       known_flaky=known))
+                                       known_flaky=known, elsewhere=elsewhere))
             continue
         base_ledger = ledger_of(other.metrics)
         found = tuple(violations(result.nodeid, base_ledger, head_ledger, budgets))
         changed = result.outcome not in ("skipped",) and code_changed(result.nodeid)
         tests.append(TestJudgement(result.nodeid, verdict, head_ledger, base_ledger, found, changed, result.message,
-                                   known))
+                                   known, elsewhere))
         deltas += deltas_of(result.nodeid, base_ledger, head_ledger, changed)
         states = uncompared_times(base_ledger, head_ledger)
         if states is not None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from service.compare.job_verdict import counted
 from service.compare.judgement import BaseInfo, BaseStatus, Judgement, TestJudgement
 from service.compare.ledger_deltas import GRAPH_FIGURES, TIME_FIGURES, TIME_FLOOR_RATIO, TIME_FLOOR_S, Delta
-from service.compare.verdicts import Verdict
+from service.compare.verdicts import RED, Verdict
 from service.github.annotations import annotation
 from service.github.markdown import code_span, link, plain, shorten
 
@@ -37,19 +38,17 @@ def render_section(judgement: Judgement, test_url: Callable[[str], str]) -> str:
     lines = ["", "### Against the base", "", base_line(judgement.base)]
     if judgement.base.status != BaseStatus.READY:
         return "\n".join(lines)
-    counts = judgement.counts
-    shown = [f"{counts[v.value]} {v.value.replace('_', ' ')}" for v in Verdict if counts[v.value]]
-    lines += ["", ", ".join(shown) or "no tests"]
-    for title, verdict in (("New failures", Verdict.NEW_FAILURE), ("Failing without a base result", Verdict.FAILED),
-                           ("Failing at the base too (not counted against this pull request)",
-                            Verdict.FAILING_AT_BASE),
-                           ("Flaky: failed, then passed when re-run in this job", Verdict.FLAKY),
-                           ("Known flaky: failed here, flaky across this repository's recent runs (not counted "
-                            "against this pull request)", Verdict.KNOWN_FLAKY),
-                           ("Fixed", Verdict.FIXED),
-                           ("Not affected by this change, so not run: the base's results",
-                            Verdict.NOT_AFFECTED)):
-        lines += _listed(title, judgement.of(verdict), test_url)
+    lines += ["", counts_line(judgement)]
+    for title, verdicts in (("New failures", RED),
+                            ("Failing at the base too (not counted against this pull request)",
+                             (Verdict.FAILING_AT_BASE,)),
+                            ("Flaky: failed, then passed when re-run in this job", (Verdict.FLAKY,)),
+                            ("Known flaky: failed here, flaky across this repository's recent runs (not counted "
+                             "against this pull request)", (Verdict.KNOWN_FLAKY,)),
+                            ("Fixed", (Verdict.FIXED,)),
+                            ("Not affected by this change, so not run: the base's results",
+                             (Verdict.NOT_AFFECTED,))):
+        lines += _listed(title, judgement.of(*verdicts), test_url)
     if judgement.violations:
         lines += ["", "**Budget violations** (`[budgets]` in .compile-ci.toml)", ""]
         lines += [f"- {_test_link(v.nodeid, test_url)}: {_said(v.describe())}"
@@ -61,6 +60,22 @@ def render_section(judgement: Judgement, test_url: Callable[[str], str]) -> str:
         lines += _more(len(changed))
     lines += _ledger_lines(judgement, test_url)
     return "\n".join(lines)
+
+
+# The counts line's words, in its order; a failure without a base result is a new failure, as the title counts it.
+COUNTED: tuple[tuple[tuple[Verdict, ...], str, str], ...] = (
+    (RED, "new failure", "new failures"), ((Verdict.FAILING_AT_BASE,), "failing at base", "failing at base"),
+    ((Verdict.FLAKY,), "flaky", "flaky"), ((Verdict.KNOWN_FLAKY,), "known flaky", "known flaky"),
+    ((Verdict.FIXED,), "fixed", "fixed"), ((Verdict.UNCHANGED,), "unchanged", "unchanged"),
+    ((Verdict.PASSED,), "passed without a base result", "passed without a base result"),
+    ((Verdict.SKIPPED,), "skipped", "skipped"),
+    ((Verdict.NOT_AFFECTED,), "not affected (base result)", "not affected (base results)"))
+
+
+def counts_line(judgement: Judgement) -> str:
+    """Every test counted once, in the title's words: "2 new failures, 1 failing at base, 5 unchanged"."""
+    shown = [counted(len(judgement.of(*verdicts)), one, many) for verdicts, one, many in COUNTED]
+    return ", ".join(said for said in shown if said) or "no tests"
 
 
 def _ledger_lines(judgement: Judgement, test_url: Callable[[str], str]) -> list[str]:
@@ -107,7 +122,9 @@ def _listed(title: str, tests: list[TestJudgement], test_url: Callable[[str], st
     for t in tests[:MAX_LISTED]:
         # The detail is ours around the job's words (dynamo's reasons): prose; the job's own message is code.
         said = _said(t.detail) if t.detail else code_span(_first_line(t.message), limit=400) if t.message else ""
-        lines.append(f"- {_test_link(t.nodeid, test_url)}" + (f": {said}" if said else ""))
+        unbased = " (no base result)" if t.verdict == Verdict.FAILED else ""
+        elsewhere = f" — {_said(t.also_failing)}" if t.also_failing else ""
+        lines.append(f"- {_test_link(t.nodeid, test_url)}{unbased}" + (f": {said}" if said else "") + elsewhere)
     return lines + _more(len(tests))
 
 

@@ -6,6 +6,7 @@ Every surface must say the same words."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -77,6 +78,19 @@ def _head(repo: Path) -> str:
                           text=True).stdout.strip()
 
 
+def _columns(body: str, title: str) -> tuple[int, int, int]:
+    """The comment's figures for the check whose row shows `title`: new, failing at base, flaky."""
+    (row,) = [line for line in body.splitlines() if line.startswith("| [") and f" {title} |" in line]
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    return int(cells[2]), int(cells[3]), int(cells[4])
+
+
+def _said(title: str, words: str) -> int:
+    """What a title counts of `words` ("1 new failure", "2 flaky"), 0 when it names none."""
+    found = re.search(rf"\b(\d+) {words}", title)
+    return int(found[1]) if found else 0
+
+
 def _texts(page: sync_api.Page, selector: str) -> list[str]:
     return [" ".join(t.split()) for t in page.locator(selector).all_inner_texts()]
 
@@ -102,6 +116,11 @@ def test_the_same_words_on_github_the_comment_and_every_page(
         assert (check_run["conclusion"], check_run["output"]["title"]) == (conclusion, title), case
         (comment,) = await_comment(emulator, number, lambda c, title=title: title in c["body"])
         assert f"| {'❌' if conclusion == 'failure' else '✅'} {title} |" in comment["body"], comment["body"]
+        new, at_base, flaky = _columns(comment["body"], title)  # the row's figures count what its title says
+        assert (new, at_base, flaky) == (_said(title, "new failure"), _said(title, "failing at base"),
+                                         _said(title, "flaky") + _said(title, "known flaky")), (case, comment["body"])
+        listed = re.search(r"^\*\*New failures\*\* \((\d+)\)$", comment["body"], re.M)
+        assert (int(listed[1]) if listed else 0) == new, (case, comment["body"])  # and so does the list below
 
         job = store.get_job(job_id_of_external(check_run["external_id"]))
         assert job is not None

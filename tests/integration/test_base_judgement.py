@@ -20,6 +20,7 @@ from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, push_event, signed
 from service.devkit.sandbox.sample_repo import commit_file, init_repo
 from service.devkit.sandbox.stack import INSTALLATION_ID
+from service.github.markdown import JOINER
 from service.store import Store
 from service.web.app import create_app
 from tests.integration.suite_worker import worker_running_suite
@@ -141,6 +142,16 @@ def test_against_a_push_run_a_base_failure_is_a_warning_and_a_new_failure_is_red
     assert not [r for r in store.recent_runs() if r.trigger == "base"]  # the push run served: nothing scheduled
     (comment,) = await_comment(emulator, 12, lambda c: True)
     assert comment["body"].startswith(MARKER) and "test_follows_the_pull_request" in comment["body"]
+    assert "also failing" not in check_run["output"]["summary"] + comment["body"]  # nowhere else yet
+
+    # Another pull request breaking the same test hears that #12 fails it too (inert: no cross-reference made).
+    again = commit_file(repo, "pr13", "verdict.txt", "fail\n", "break it as well")
+    open_pr(settings, 13, again, base)
+    check_run = await_check_run(emulator, again, compared)
+    (comment,) = await_comment(emulator, 13, lambda c: True)
+    for text in (check_run["output"]["summary"], comment["body"]):
+        (line,) = [line for line in text.splitlines() if "test_follows_the_pull_request`](" in line]  # its link
+        assert line.endswith(f" — also failing in #{JOINER}12"), line
 
 
 def test_a_base_run_is_scheduled_once_reused_and_its_heads_judged_again_when_it_finishes(

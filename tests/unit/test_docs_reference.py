@@ -46,6 +46,14 @@ def test_every_setting_is_documented_for_operators() -> None:
     assert read - documented == set(), f"settings missing from docs/operating.md: {sorted(read - documented)}"
 
 
+def test_every_compose_variable_is_documented_for_operators() -> None:
+    """deploy/compose.yaml's own `${COMPILE_CI_...}` variables (images, ports, the env file) are settings too."""
+    used = set(re.findall(r"\$\{COMPILE_CI_([A-Z0-9_]+)", (ROOT / "deploy" / "compose.yaml").read_text()))
+    documented = set(re.findall(r"`COMPILE_CI_([A-Z0-9_]+)`", (DOCS / "operating.md").read_text()))
+    assert {"SERVICE_IMAGE", "ENV_FILE", "HOST_DATA_DIR"} <= used
+    assert used - documented == set(), f"compose variables missing from docs/operating.md: {sorted(used - documented)}"
+
+
 def test_every_config_key_is_documented_for_maintainers() -> None:
     text = (DOCS / "configuring.md").read_text()
     keys = {f"{table}.{key}" for table, names in CONFIG_KEYS.items() for key in names}

@@ -6,14 +6,18 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from service.compare.budgets import Budgets
-from service.compare.history import FLAKY_WINDOW, known_flaky, summarize
+from service.compare.comment import CheckSummary, render_comment
+from service.compare.history import FLAKY_WINDOW, known_flaky, summaries, summarize
 from service.compare.job_verdict import badges_of, job_verdict
 from service.compare.judgement import BaseInfo, BaseStatus, judge
 from service.compare.verdicts import Verdict
-from service.store import TestResult
+from service.github.checks import render_check_run
+from service.github.markdown import JOINER
+from service.store import Job, Run, TestResult
 from service.store.history import TestRun
 
 NOW = datetime(2026, 11, 26, 12, 0)
+URL = "http://ci.example.test/jobs/r-correctness-cpu"
 
 
 def _run(n: int, outcome: str, reruns: list[str] | None = None, trigger: str = "pull_request", pr: int | None = 7,
@@ -67,3 +71,38 @@ def test_a_known_flaky_failure_is_a_warning_not_red_on_every_surface() -> None:
     red = job_verdict("failure", "", "1 failed, 1 passed",
                       judge(head, base, BaseInfo(BaseStatus.READY, "b" * 40), Budgets()))
     assert (red.conclusion, red.title) == ("failure", "1 new failure — 1 failed, 1 passed")
+
+
+def test_a_new_failure_says_where_else_it_fails_now_in_the_check_run_and_the_comment() -> None:
+    runs = [_run(1, "failed", trigger="push", days_ago=0.5, nodeid="t::a"),  # the default branch, newest
+            _run(2, "failed", pr=12, nodeid="t::a"), _run(3, "failed", pr=15, nodeid="t::a"),
+            _run(4, "passed", pr=20, days_ago=0.2, nodeid="t::a"), _run(5, "failed", pr=20, days_ago=2, nodeid="t::a"),
+            _run(6, "failed", pr=7, nodeid="t::a"),  # the judged pull request's own earlier run
+            _run(7, "failed", pr=12, nodeid="t::new"),  # a test the base does not have
+            _run(8, "failed", trigger="push", nodeid="t::old")]  # failing at the base: not red, no note
+    history = summaries(runs, exclude_pr=7)
+    head = [_result("t::a", "failed"), _result("t::new", "failed"), _result("t::old", "failed"),
+            _result("t::quiet", "failed")]
+    base = [_result("t::a", "passed"), _result("t::old", "failed"), _result("t::quiet", "passed")]
+    judgement = judge(head, base, BaseInfo(BaseStatus.READY, "b" * 40), Budgets(), history=history)
+    view = render_check_run(Run(id="r", repo_full_name="o/r", head_sha="f" * 40, repo_id=1, installation_id=2),
+                            Job(id="r-correctness-cpu", run_id="r", suite="correctness", device="cpu", attempt=1,
+                                conclusion="failure", failed=4, title="4 failed", state="completed"),
+                            head, URL, judgement)
+    verdict = job_verdict("failure", "", "4 failed", judgement)
+    body = render_comment("f" * 40, "b" * 40, [CheckSummary("correctness (cpu)", verdict, URL, judgement,
+                                                            lambda n: f"{URL}/{n}")])
+    for text in (view.summary, body):
+        shown = text.replace(JOINER, "")  # as GitHub shows it
+        lines = {line.split("`")[1]: line for line in shown.splitlines() if line.startswith("- ") and "`t::" in line}
+        assert lines["t::a"].endswith(" — also failing on the default branch and in #12, #15"), lines
+        assert lines["t::new"].endswith(" — also failing in #12"), lines
+        assert "also failing" not in lines["t::quiet"] + lines["t::old"], lines
+        assert "#7" not in shown and "#20" not in shown  # its own pull request; one whose newest result passes
+        assert "#12" not in text and "@" not in text  # inert: no cross-reference is made in pull request 12
+
+
+def test_more_than_five_other_pull_requests_are_counted_not_named() -> None:
+    runs = [_run(n, "failed", pr=100 + n) for n in range(8)]
+    assert summarize(runs).also_failing() == "also failing in #100, #101, #102, #103, #104 and 3 more"
+    assert summarize([_run(1, "passed", trigger="push")]).also_failing() == ""

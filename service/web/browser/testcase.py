@@ -10,8 +10,11 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
-from runners.untrusted_files import is_folder, read_head
-from service.compare.history import known_flaky, summarize
+from runners.untrusted_files import is_folder, is_regular, read_head
+from service.compare.history import KnownFlaky, known_flaky, summarize
+from service.compare.inputs import evidence_of
+from service.compare.job_verdict import BADGES
+from service.compare.verdicts import Verdict
 from service.store import Run, utcnow
 from service.store.history import results_across_runs
 from service.torch_versions import queue_for
@@ -51,11 +54,31 @@ def _history_chart(run: Run, job: AttemptView, nodeid: str) -> tuple[Markup, int
                                 own_label=own), len(points)
 
 
+def _known_flaky(run: Run, job: AttemptView, nodeid: str, badges: list[str]) -> KnownFlaky | None:
+    """The known-flaky state as the job was judged (the evidence up to its end, as service/compare/inputs.py reads
+    it), never today's: beside a NEW badge the failure was counted as new, and the page must not call it a warning."""
+    if BADGES[Verdict.NEW_FAILURE] in badges:
+        return None
+    when = job.finished_at or utcnow()
+    evidence = evidence_of(wiring().store, run, job.suite, job.device, job.torch, when, [nodeid])
+    return known_flaky(evidence, when, exclude_pr=run.pr_number).get(nodeid)
+
+
 def _repro(folder: Path) -> str:
     try:
         return read_head(folder, "repro.py", CODE_INLINE_LIMIT)[0].decode("utf-8", errors="replace")
     except OSError:  # none, or not a plain file (the job wrote it)
         return ""
+
+
+# What suites/explain.py leaves beside a failing test's repro.py: torch's minifier on the model, and the generated
+# module that crashed (runnable on its own). Linked through the job's file route, which serves plain files only.
+REPRO_EXTRAS = (("minify.py", "runs torch's minifier on the model, down to the smallest failing graph"),
+                ("crashed_graph.py", "the generated module that crashed, runnable on its own"))
+
+
+def _repro_extras(folder: Path) -> list[tuple[str, str]]:
+    return [(name, said) for name, said in REPRO_EXTRAS if is_regular(folder, name)]
 
 
 @blueprint.get("/jobs/<job_id>/tests/<name>")
@@ -72,17 +95,20 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
     formatter = HtmlFormatter(linenos="table", cssclass="code")
     codes = [(path.name, *_highlighted(path, formatter)) for path in code_paths(folder)] if folder else []
     repro = _repro(folder) if folder is not None else ""
+    extras = _repro_extras(folder) if folder is not None else []
     public_url = wiring().settings.public_url  # the address the developer's compile-ci repro reaches
     chart, points = _history_chart(run, job, nodeid)
+    classification = base_lookup.classification_of(wiring().store, job.id, job.attempt, nodeid)
     across = results_across_runs(wiring().store, run.repo_full_name, job.suite, job.device, [nodeid], limit=100,
                                  torch=job.torch)
     return render_template("test.html", run=run, job=job, name=name, nodeid=nodeid, codes=codes, outcome=outcome,
                            metrics=metrics_view.rows({k: v for k, v in metrics.items() if k != "outcome"}),
                            failure=failure,
-                           repro=repro, chart=chart, points=points, across=summarize(across, run.pr_number),
-                           known=known_flaky(across, utcnow(), exclude_pr=run.pr_number).get(nodeid),
+                           repro=repro, extras=extras, chart=chart, points=points,
+                           across=summarize(across, run.pr_number),
+                           known=_known_flaky(run, job, nodeid, classification),
                            history=history_url(run.repo_id, job.suite, queue_for(job.device, job.torch), nodeid),
                            repro_command=f"compile-ci repro {public_url.rstrip('/')}{job.base}/tests/{name}",
                            compare=f"{job.base}/tests/{name}/diff" if base_lookup.has_base(run) else "",
-                           classification=base_lookup.classification_of(wiring().store, job.id, job.attempt, nodeid),
+                           classification=classification,
                            pygments_css=Markup(formatter.get_style_defs(".code")))
