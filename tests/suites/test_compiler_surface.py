@@ -39,6 +39,12 @@ del decompositions[aten.sinh.default]
 config.post_grad_custom_post_pass = patches_v1.Pass()
 seen["pass"] = surface.fingerprint()
 config.post_grad_custom_post_pass = None
+from torch._inductor.codegen.cpp import CppOverrides
+stock_sin = CppOverrides.__dict__["sin"]
+CppOverrides.sin = staticmethod(patches_v1.cpp_sin)  # the C++ inductor writes for every sin
+seen["override"] = surface.fingerprint()
+CppOverrides.sin = stock_sin
+seen["override restored"] = surface.fingerprint()
 import patterns
 seen["pattern"] = surface.fingerprint()
 torch.compiler.config.cache_key_tag = "theirs"
@@ -57,6 +63,10 @@ def _half(x):
 
 def sinh(x):
     return _half(x.exp() - (-x).exp()){suffix}
+
+
+def cpp_sin(x):
+    return f"std::cos({{x}})"
 
 
 class Pass(CustomGraphPass):
@@ -93,7 +103,8 @@ def test_fingerprint_of_each_run_time_change(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["stock"] == "" and seen["restored"] == ""  # nothing changed: the untagged key, every hit kept
-    changed = [seen[k] for k in ("lowering", "decomposition v1", "decomposition v2", "pass", "pattern")]
+    # Nothing changed, or every change undone: the untagged key, every hit kept.
+    assert seen["stock"] == seen["restored"] == seen["override restored"] == "", seen
+    changed = [seen[k] for k in ("lowering", "decomposition v1", "decomposition v2", "pass", "override", "pattern")]
     assert all(changed) and len(set(changed)) == len(changed), seen
     assert seen["tag"] == f"theirscompile-ci-surface-{seen['pattern']}"
