@@ -153,9 +153,7 @@ def execute(ctx: WorkerContext, run: Run, job: Job, out: Path, name: str, watch:
 def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: Path, out: Path, name: str,
           selection: dict[str, str]) -> RunSpec:
     # Worker paths throughout: LocalRunner uses them as they are, DockerRunner maps them to its mounts.
-    # -v: each test's id as it starts (the log shows what is running), not a row of dots.
-    pytest = [ctx.runner.python, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "suites.plugin",
-              "-o", "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}"]
+    pytest = pytest_command(ctx.runner.python, out / "junit.xml")
     if job.suite == "repo":
         command = [*pytest, "--rootdir", str(checkout), *(str(checkout / p) for p in config.repo_tests)]
     else:
@@ -179,6 +177,14 @@ def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: 
     return RunSpec(job_id=name, command=tuple(command), checkout_dir=checkout, output_dir=out,
                    timeout_s=job.timeout_s, device=job.device, env=env, cache=cache,
                    suites_dir=ctx.suites_dir, deps_dir=deps, output_mb=ctx.settings.output_mb)
+
+
+def pytest_command(python: str, junit: Path) -> list[str]:
+    """How every job starts pytest, before its paths: through suites/pytest_entry.py, which takes the compiler
+    surface's baseline before pytest imports any plugin. -v: each test's id as it starts (the log shows what is
+    running), not a row of dots."""
+    return [python, "-m", "suites.pytest_entry", "-v", "-p", "no:cacheprovider", "-p", "suites.plugin",
+            "-o", "junit_family=xunit1", f"--junitxml={junit}"]
 
 
 # Room the worker keeps on the artifacts volume beyond one job's quota (logs, meta, the next job's copy).
