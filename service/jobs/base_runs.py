@@ -1,25 +1,31 @@
 """A pull request's base: the default branch's push run at its base sha, else a base run compile-ci schedules.
 
 A base run is an internal run (trigger `base`) at the base sha with the head's `.compile-ci.toml`, so its jobs are
-the head's (same suites, devices, timeouts, targets, requirements). It reports nothing to GitHub, its jobs wait
-behind every head job (Celery priority LOW), and its id is a hash of (repository, sha, runner builds, config), so a
-second pull request on the same base with the same config reuses it instead of running it again.
+the head's (same suites, devices, timeouts, targets), except what it installs: the base commit's own `[install]`
+section (job_config), so a pull request that adds a dependency (one that patches inductor, say) cannot change its
+own base result. It reports nothing to GitHub, its jobs wait behind every head job (Celery priority LOW), and its id
+is a hash of (repository, sha, runner builds, config), so a second pull request on the same base with the same
+config reuses it instead of running it again.
 
-Trust: the code is the base sha of the repository itself, but the config (and so the requirements installed) is
-the head's. A base run never writes the repository's trusted compile cache (only pushes to the default branch do):
-it reads it through a throwaway layer, so its results are a fact about the base commit and the default branch's
-cache, whichever pull request asked for it and in whatever order the jobs ran. Its gate (trusted, or approved for an
-outsider's pull request) only says that it may run.
+Trust: the code and what is installed are the base sha's own; which suites run and on what is the head's config. A
+base run never writes the repository's trusted compile cache (only pushes to the default branch do): it reads it
+through a throwaway layer, so its results are a fact about the base commit and the default branch's cache, whichever
+pull request asked for it and in whatever order the jobs ran. Its gate (trusted, or approved for an outsider's pull
+request) only says that it may run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
+from pathlib import Path
 
+from runners.checkout import Checkout
 from service.jobs.context import WorkerContext
+from service.jobs.install import InstallFailed
 from service.jobs.lifecycle import Gate, RunState
-from service.repo_config import DEVICES
+from service.repo_config import CONFIG_FILE, DEVICES, ConfigProblem, RepoConfig, parse_repo_config
 from service.store import NewRun, Run
 
 log = logging.getLogger(__name__)
@@ -53,6 +59,23 @@ def _base_run(ctx: WorkerContext, run: Run, config_text: str) -> Run:
     base, created = ctx.store.create_run_if_absent(new)
     log.info("run %s: %s base run %s at %s", run.id, "new" if created else "reusing", base.id, new.head_sha[:12])
     return base
+
+
+def job_config(checkout: Checkout, mirror: Path, run: Run, suites: tuple[str, ...]) -> RepoConfig | list[ConfigProblem]:
+    """The config a run's jobs run with: its head's; for a base run, the head's that planned it (run.config_text) with
+    the base commit's own [install] section. Raises InstallFailed when the base commit's config cannot be read (what
+    it installs is then unknown, and a guess would be no fact about the base)."""
+    own_text = checkout.read_file(mirror, run.head_sha, CONFIG_FILE)
+    if run.trigger != BASE_TRIGGER:
+        return parse_repo_config(own_text, suites)
+    config = parse_repo_config(run.config_text or None, suites)
+    own = parse_repo_config(own_text, suites)
+    if isinstance(own, list):
+        raise InstallFailed("config", [f"the base commit's {CONFIG_FILE} has problems, so what it installs is "
+                                       "unknown:", *(problem.render() for problem in own)])
+    if isinstance(config, list):
+        return config
+    return dataclasses.replace(config, requirements=own.requirements, install_package=own.install_package)
 
 
 def plan_base(ctx: WorkerContext, run: Run) -> None:

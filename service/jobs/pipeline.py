@@ -17,7 +17,7 @@ from pathlib import Path
 from runners.compile_cache import CacheScope, trust_class
 from runners.job_log import TIMES_NAME, append_text
 from runners.protocol import RunResult, RunSpec, ShouldCancel
-from service.jobs import affected, install, lifecycle, torch_matrix
+from service.jobs import affected, base_runs, install, lifecycle, torch_matrix
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
@@ -25,7 +25,7 @@ from service.jobs.outcome import judge, read_attempt, read_json, write_meta
 from service.jobs.planning import builtin_suites, job_queue, ops_scope
 from service.jobs.selection import Selected, not_affected_env, read_selection
 from service.observability.worker import job_finished, job_started
-from service.repo_config import CONFIG_FILE, RepoConfig, parse_repo_config
+from service.repo_config import RepoConfig
 from service.store import Job, Run
 from service.store.shards import add_not_affected
 
@@ -128,10 +128,8 @@ def execute(ctx: WorkerContext, run: Run, job: Job, out: Path, name: str, watch:
             _enough_space(ctx.settings.artifacts_dir, ctx.settings.output_mb)
             torch_matrix.check_runner(ctx.runner, job, ctx.settings)  # the job's torch, or an infrastructure error
             mirror = ctx.fetch(run)
-            # A base run runs its head's config at the base sha (service/jobs/base_runs.py).
-            text = (run.config_text or None) if run.trigger == "base" else ctx.checkout.read_file(
-                mirror, run.head_sha, CONFIG_FILE)
-            config = parse_repo_config(text, builtin_suites(ctx.suites_dir))
+            # A base run runs its head's config at the base sha, with the base's own [install] (base_runs.py).
+            config = base_runs.job_config(ctx.checkout, mirror, run, builtin_suites(ctx.suites_dir))
             assert not isinstance(config, list), "planned jobs have a valid config"
             checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
             selected = selecting(config, mirror, checkout)
