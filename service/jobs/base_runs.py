@@ -4,8 +4,8 @@ A base run is an internal run (trigger `base`) at the base sha with the head's `
 the head's (same suites, devices, timeouts, targets), except what it installs: the base commit's own `[install]`
 section (job_config), so a pull request that adds a dependency (one that patches inductor, say) cannot change its
 own base result. It reports nothing to GitHub, its jobs wait behind every head job (Celery priority LOW), and its id
-is a hash of (repository, sha, runner builds, config), so a second pull request on the same base with the same
-config reuses it instead of running it again.
+is a hash of (repository, sha, runner builds, config but [install]), so a second pull request on the same base with
+the same config reuses it instead of running it again; a push run at the base serves instead only under that key.
 
 Trust: the code and what is installed are the base sha's own; which suites run and on what is the head's config. A
 base run never writes the repository's trusted compile cache (only pushes to the default branch do): it reads it
@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
+import tomllib
 from pathlib import Path
 
 from runners.checkout import Checkout
@@ -39,7 +41,9 @@ def link_base(ctx: WorkerContext, run: Run, config_text: str) -> str | None:
         return None
     if run.base_run_id:
         return run.base_run_id
-    push = ctx.store.push_run_at(run.repo_full_name, run.base_sha)
+    # The default branch's run at the base serves only if it ran as the base run would: same runner builds, same
+    # config but [install] (it installed the base commit's own, as a base run does).
+    push = ctx.store.push_run_at(run.repo_full_name, run.base_sha, base_key(config_text, runner_builds(ctx)))
     if push is not None:
         ctx.store.link_base(run.id, push.id)
         return push.id
@@ -48,9 +52,25 @@ def link_base(ctx: WorkerContext, run: Run, config_text: str) -> str | None:
     return base.id
 
 
+def runner_builds(ctx: WorkerContext) -> list[str]:
+    """The runner builds (image and torch) of every device: a base result is only valid for them."""
+    return [ctx.runner.cache_key(device) for device in DEVICES]
+
+
+def base_key(config_text: str, builds: list[str]) -> str:
+    """What a base result depends on beyond the repository and the base sha: the config that chose its jobs but its
+    [install] section (a base run installs the base commit's own), and the runner builds."""
+    try:
+        data = tomllib.loads(config_text)
+        data.pop("install", None)
+        material = json.dumps(data, sort_keys=True, default=str)
+    except tomllib.TOMLDecodeError:  # only a push run's own config can be broken: its key then matches no head's
+        material = config_text
+    return hashlib.sha256("\0".join([material, *builds]).encode()).hexdigest()[:24]
+
+
 def _base_run(ctx: WorkerContext, run: Run, config_text: str) -> Run:
-    runner_builds = [ctx.runner.cache_key(device) for device in DEVICES]
-    key = hashlib.sha256("\0".join([config_text, *runner_builds]).encode()).hexdigest()[:24]
+    key = base_key(config_text, runner_builds(ctx))
     gate = Gate.TRUSTED if run.gate == Gate.TRUSTED else Gate.APPROVED
     new = NewRun(repo_full_name=run.repo_full_name, repo_id=run.repo_id, installation_id=run.installation_id,
                  clone_url=run.clone_url, private=run.private, trigger=BASE_TRIGGER, trigger_ref=f"base/{key}",
