@@ -27,6 +27,14 @@ TARGET_PROPERTY = "compile_ci_target"
 FORWARDED_ENV = ("COMPILE_CI_DEVICE", "COMPILE_CI_TARGETS", "COMPILE_CI_CHECKOUT")
 
 
+if os.environ.get(OUTPUT_ENV):
+    # Jobs take the baseline earlier still (suites/pytest_entry.py); here, for pytest started any other way with
+    # this plugin: ahead of the `pytest11` entry points pytest loads after the command line's `-p`, and of every
+    # conftest.py. Inductor's tables and override classes as torch defines them, so what the repository changes
+    # in them keys the compile caches.
+    compiler_surface.install()
+
+
 def test_dir(output_dir: Path, nodeid: str) -> Path:
     return output_dir / "tests" / sanitise_nodeid(nodeid)
 
@@ -192,13 +200,6 @@ def record_environment(output_dir: Path) -> None:
     }
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "environment.json").write_text(json.dumps(info, indent=2))
-
-
-def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
-    """Before the repository's conftest.py files (the first of its code that runs in the job): inductor's tables are
-    taken as torch defines them, so what the repository changes in them keys the compile caches."""
-    if os.environ.get(OUTPUT_ENV):
-        compiler_surface.install()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,25 +1,33 @@
 """A pull request's base: the default branch's push run at its base sha, else a base run compile-ci schedules.
 
 A base run is an internal run (trigger `base`) at the base sha with the head's `.compile-ci.toml`, so its jobs are
-the head's (same suites, devices, timeouts, targets, requirements). It reports nothing to GitHub, its jobs wait
-behind every head job (Celery priority LOW), and its id is a hash of (repository, sha, runner builds, config), so a
-second pull request on the same base with the same config reuses it instead of running it again.
+the head's (same suites, devices, timeouts, targets), except what it installs: the base commit's own `[install]`
+section (job_config), so a pull request that adds a dependency (one that patches inductor, say) cannot change its
+own base result. It reports nothing to GitHub, its jobs wait behind every head job (Celery priority LOW), and its id
+is a hash of (repository, sha, runner builds, config but [install]), so a second pull request on the same base with
+the same config reuses it instead of running it again; a push run at the base serves instead only under that key.
 
-Trust: the code is the base sha of the repository itself, but the config (and so the requirements installed) is
-the head's. A base run never writes the repository's trusted compile cache (only pushes to the default branch do):
-it reads it through a throwaway layer, so its results are a fact about the base commit and the default branch's
-cache, whichever pull request asked for it and in whatever order the jobs ran. Its gate (trusted, or approved for an
-outsider's pull request) only says that it may run.
+Trust: the code and what is installed are the base sha's own; which suites run and on what is the head's config. A
+base run never writes the repository's trusted compile cache (only pushes to the default branch do): it reads it
+through a throwaway layer, so its results are a fact about the base commit and the default branch's cache, whichever
+pull request asked for it and in whatever order the jobs ran. Its gate (trusted, or approved for an outsider's pull
+request) only says that it may run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import logging
+import tomllib
+from pathlib import Path
 
+from runners.checkout import Checkout
 from service.jobs.context import WorkerContext
+from service.jobs.install import InstallFailed
 from service.jobs.lifecycle import Gate, RunState
-from service.repo_config import DEVICES
+from service.repo_config import CONFIG_FILE, DEVICES, ConfigProblem, RepoConfig, parse_repo_config
 from service.store import NewRun, Run
 
 log = logging.getLogger(__name__)
@@ -33,7 +41,9 @@ def link_base(ctx: WorkerContext, run: Run, config_text: str) -> str | None:
         return None
     if run.base_run_id:
         return run.base_run_id
-    push = ctx.store.push_run_at(run.repo_full_name, run.base_sha)
+    # The default branch's run at the base serves only if it ran as the base run would: same runner builds, same
+    # config but [install] (it installed the base commit's own, as a base run does).
+    push = ctx.store.push_run_at(run.repo_full_name, run.base_sha, base_key(config_text, runner_builds(ctx)))
     if push is not None:
         ctx.store.link_base(run.id, push.id)
         return push.id
@@ -42,9 +52,25 @@ def link_base(ctx: WorkerContext, run: Run, config_text: str) -> str | None:
     return base.id
 
 
+def runner_builds(ctx: WorkerContext) -> list[str]:
+    """The runner builds (image and torch) of every device: a base result is only valid for them."""
+    return [ctx.runner.cache_key(device) for device in DEVICES]
+
+
+def base_key(config_text: str, builds: list[str]) -> str:
+    """What a base result depends on beyond the repository and the base sha: the config that chose its jobs but its
+    [install] section (a base run installs the base commit's own), and the runner builds."""
+    try:
+        data = tomllib.loads(config_text)
+        data.pop("install", None)
+        material = json.dumps(data, sort_keys=True, default=str)
+    except tomllib.TOMLDecodeError:  # only a push run's own config can be broken: its key then matches no head's
+        material = config_text
+    return hashlib.sha256("\0".join([material, *builds]).encode()).hexdigest()[:24]
+
+
 def _base_run(ctx: WorkerContext, run: Run, config_text: str) -> Run:
-    runner_builds = [ctx.runner.cache_key(device) for device in DEVICES]
-    key = hashlib.sha256("\0".join([config_text, *runner_builds]).encode()).hexdigest()[:24]
+    key = base_key(config_text, runner_builds(ctx))
     gate = Gate.TRUSTED if run.gate == Gate.TRUSTED else Gate.APPROVED
     new = NewRun(repo_full_name=run.repo_full_name, repo_id=run.repo_id, installation_id=run.installation_id,
                  clone_url=run.clone_url, private=run.private, trigger=BASE_TRIGGER, trigger_ref=f"base/{key}",
@@ -53,6 +79,23 @@ def _base_run(ctx: WorkerContext, run: Run, config_text: str) -> Run:
     base, created = ctx.store.create_run_if_absent(new)
     log.info("run %s: %s base run %s at %s", run.id, "new" if created else "reusing", base.id, new.head_sha[:12])
     return base
+
+
+def job_config(checkout: Checkout, mirror: Path, run: Run, suites: tuple[str, ...]) -> RepoConfig | list[ConfigProblem]:
+    """The config a run's jobs run with: its head's; for a base run, the head's that planned it (run.config_text) with
+    the base commit's own [install] section. Raises InstallFailed when the base commit's config cannot be read (what
+    it installs is then unknown, and a guess would be no fact about the base)."""
+    own_text = checkout.read_file(mirror, run.head_sha, CONFIG_FILE)
+    if run.trigger != BASE_TRIGGER:
+        return parse_repo_config(own_text, suites)
+    config = parse_repo_config(run.config_text or None, suites)
+    own = parse_repo_config(own_text, suites)
+    if isinstance(own, list):
+        raise InstallFailed("config", [f"the base commit's {CONFIG_FILE} has problems, so what it installs is "
+                                       "unknown:", *(problem.render() for problem in own)])
+    if isinstance(config, list):
+        return config
+    return dataclasses.replace(config, requirements=own.requirements, install_package=own.install_package)
 
 
 def plan_base(ctx: WorkerContext, run: Run) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from runners.compile_cache import CacheScope, trust_class
 from runners.job_log import TIMES_NAME, append_text
 from runners.protocol import RunResult, RunSpec, ShouldCancel
-from service.jobs import affected, install, lifecycle, torch_matrix
+from service.jobs import affected, base_runs, install, lifecycle, torch_matrix
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
@@ -25,7 +25,7 @@ from service.jobs.outcome import judge, read_attempt, read_json, write_meta
 from service.jobs.planning import builtin_suites, job_queue, ops_scope
 from service.jobs.selection import Selected, not_affected_env, read_selection
 from service.observability.worker import job_finished, job_started
-from service.repo_config import CONFIG_FILE, RepoConfig, parse_repo_config
+from service.repo_config import RepoConfig
 from service.store import Job, Run
 from service.store.shards import add_not_affected
 
@@ -128,10 +128,8 @@ def execute(ctx: WorkerContext, run: Run, job: Job, out: Path, name: str, watch:
             _enough_space(ctx.settings.artifacts_dir, ctx.settings.output_mb)
             torch_matrix.check_runner(ctx.runner, job, ctx.settings)  # the job's torch, or an infrastructure error
             mirror = ctx.fetch(run)
-            # A base run runs its head's config at the base sha (service/jobs/base_runs.py).
-            text = (run.config_text or None) if run.trigger == "base" else ctx.checkout.read_file(
-                mirror, run.head_sha, CONFIG_FILE)
-            config = parse_repo_config(text, builtin_suites(ctx.suites_dir))
+            # A base run runs its head's config at the base sha, with the base's own [install] (base_runs.py).
+            config = base_runs.job_config(ctx.checkout, mirror, run, builtin_suites(ctx.suites_dir))
             assert not isinstance(config, list), "planned jobs have a valid config"
             checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
             selected = selecting(config, mirror, checkout)
@@ -153,9 +151,7 @@ def execute(ctx: WorkerContext, run: Run, job: Job, out: Path, name: str, watch:
 def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: Path, out: Path, name: str,
           selection: dict[str, str]) -> RunSpec:
     # Worker paths throughout: LocalRunner uses them as they are, DockerRunner maps them to its mounts.
-    # -v: each test's id as it starts (the log shows what is running), not a row of dots.
-    pytest = [ctx.runner.python, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "suites.plugin",
-              "-o", "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}"]
+    pytest = pytest_command(ctx.runner.python, out / "junit.xml")
     if job.suite == "repo":
         command = [*pytest, "--rootdir", str(checkout), *(str(checkout / p) for p in config.repo_tests)]
     else:
@@ -179,6 +175,14 @@ def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: 
     return RunSpec(job_id=name, command=tuple(command), checkout_dir=checkout, output_dir=out,
                    timeout_s=job.timeout_s, device=job.device, env=env, cache=cache,
                    suites_dir=ctx.suites_dir, deps_dir=deps, output_mb=ctx.settings.output_mb)
+
+
+def pytest_command(python: str, junit: Path) -> list[str]:
+    """How every job starts pytest, before its paths: through suites/pytest_entry.py, which takes the compiler
+    surface's baseline before pytest imports any plugin. -v: each test's id as it starts (the log shows what is
+    running), not a row of dots."""
+    return [python, "-m", "suites.pytest_entry", "-v", "-p", "no:cacheprovider", "-p", "suites.plugin",
+            "-o", "junit_family=xunit1", f"--junitxml={junit}"]
 
 
 # Room the worker keeps on the artifacts volume beyond one job's quota (logs, meta, the next job's copy).

@@ -87,7 +87,8 @@ def _plan(ctx: WorkerContext, run: Run) -> bool:
             text = ctx.checkout.read_file(ctx.fetch(run), run.head_sha, CONFIG_FILE)
         except (CheckoutError, TransientGitHubError) as exc:
             return plan_retries.fetch_failed(ctx, run, exc)
-        ctx.store.record_config(run.id, text or "")
+        # The key a push run's results serve as a pull request's base under (base_runs.link_base).
+        ctx.store.record_config(run.id, text or "", base_runs.base_key(text or "", base_runs.runner_builds(ctx)))
     parsed = parse_repo_config(text, suites, torch_matrix.names(ctx.settings))
     live = ctx.queue.served_queues()
     served = served_queues(ctx.settings.devices, live)

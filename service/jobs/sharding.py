@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 from runners.protocol import RunResult
-from service.jobs import affected, install, lifecycle, pipeline
+from service.jobs import affected, base_runs, install, lifecycle, pipeline
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
@@ -26,7 +26,6 @@ from service.jobs.selection import Selected, fitted_durations, not_affected_env,
 from service.jobs.shard_merge import kind_of, merge_when_done, shard_results_dir
 from service.jobs.shard_plan import plan_for
 from service.observability.worker import job_started
-from service.repo_config import CONFIG_FILE, parse_repo_config
 from service.store import Job, Run, Shard
 from service.store.shards import add_shards_if_absent, get_shard, replace_shard_results, shards_of
 
@@ -73,9 +72,7 @@ def _plan(ctx: WorkerContext, run: Run, job: Job, durations: dict[str, float]) -
     decision = affected.Decision()
     try:
         mirror = ctx.fetch(run)
-        text = (run.config_text or None) if run.trigger == "base" else ctx.checkout.read_file(
-            mirror, run.head_sha, CONFIG_FILE)
-        config = parse_repo_config(text, builtin_suites(ctx.suites_dir))
+        config = base_runs.job_config(ctx.checkout, mirror, run, builtin_suites(ctx.suites_dir))
         if not isinstance(config, list):
             checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
             decision = affected.decide_for_job(ctx, run, job, config.targets, mirror, checkout)

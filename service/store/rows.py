@@ -6,15 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import (
-    JSON,
-    DateTime,
-    Float,
-    ForeignKey,
-    Integer,
-    String,
-    Text,
-)
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from service.torch_versions import check_name, job_suffix
@@ -66,6 +58,9 @@ class Run(Base):
     base_run_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
     # The .compile-ci.toml text the run was planned with ("" for none); a base run runs with its head's, not its own.
     config_text: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The key under which a push run's results serve as a pull request's base (service/jobs/base_runs.py: its config
+    # but [install], and the runner builds that planned it); "" for a run planned before keys were recorded.
+    base_key: Mapped[str] = mapped_column(String(64), default="", server_default="")
     # Failed tries at planning (the head could not be fetched, GitHub failed), and when the next one is due: while
     # it is pending the reaper leaves the run alone, so a run has one retry chain (service/jobs/run_planning.py).
     plan_tries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")

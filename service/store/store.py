@@ -185,11 +185,14 @@ class Store:
                                       Run.trigger.not_in(INTERNAL_TRIGGERS))
             return list(s.scalars(query.order_by(Run.created_at)))
 
-    def push_run_at(self, repo_full_name: str, sha: str) -> Run | None:
-        """The default branch's run at `sha` (the baseline a pull request on that base is judged against)."""
+    def push_run_at(self, repo_full_name: str, sha: str, base_key: str | None = None) -> Run | None:
+        """The default branch's run at `sha` (the baseline a pull request on that base is judged against); with
+        `base_key`, only one planned under that key (service/jobs/base_runs.py)."""
         with self.session() as s:
             query = select(Run).where(Run.repo_full_name == repo_full_name, Run.head_sha == sha,
                                       Run.trigger == "push", Run.cancelled_reason.is_(None))
+            if base_key is not None:
+                query = query.where(Run.base_key == base_key)
             return s.scalars(query.order_by(Run.created_at.desc()).limit(1)).first()
 
     def runs_based_on(self, base_run_id: str) -> list[Run]:
@@ -200,9 +203,10 @@ class Store:
         with self.session() as s:
             s.execute(update(Run).where(Run.id == run_id).values(base_run_id=base_run_id))
 
-    def record_config(self, run_id: str, config_text: str) -> None:
+    def record_config(self, run_id: str, config_text: str, base_key: str = "") -> None:
         with self.session() as s:
-            s.execute(update(Run).where(Run.id == run_id, Run.config_text.is_(None)).values(config_text=config_text))
+            s.execute(update(Run).where(Run.id == run_id, Run.config_text.is_(None))
+                      .values(config_text=config_text, base_key=base_key))
 
     def record_verdicts(self, job_id: str, attempt: int, verdicts: Mapping[str, tuple[str, str, bool]]) -> None:
         """Each test's verdict against the base (nodeid -> (verdict, detail, over budget)), for the pages."""

@@ -1,7 +1,8 @@
 """Which ops the repository's change touches: the sweep's scope, from the compiler surface the job sees.
 
-Stock torch is the baseline (the snapshot ``suites/compiler_surface.py`` takes before any repository code runs, plus
-this module's own snapshot of inductor's config and codegen overrides). Exact: an entry of the lowering, fallback or
+Stock torch is the baseline (the snapshot of inductor's tables and codegen override classes that
+``suites/compiler_surface.py`` takes before any repository code runs, plus this module's own snapshot of inductor's
+config). Exact: an entry of the lowering, fallback or
 decomposition tables added, replaced or removed aims at the ops whose route (``routes.py``) goes through that
 entry's family. Conservative, every op: a custom pass in inductor's config, a pattern registration, a codegen
 override method, a changed config setting, or a torch that is not the runner's own.
@@ -53,15 +54,15 @@ class Aim:
 
 @dataclass
 class Baseline:
-    """Inductor's config and codegen overrides as torch defines them, taken before the repository's code runs."""
+    """Inductor's config as torch defines it, taken before the repository's code runs (the codegen overrides'
+    baseline is the compiler surface's)."""
 
     config: dict[str, str] = field(default_factory=dict)
-    overrides: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def take(cls) -> Baseline:
         compiler_surface.install()
-        return cls(internals.config_snapshot(), internals.override_snapshot())
+        return cls(internals.config_snapshot())
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -118,8 +119,6 @@ def _global_changes(baseline: Baseline, environ: Mapping[str, str]) -> list[str]
             passes = " object 0x" in str(now.get(key))
             what = "a pass can rewrite any op's graph" if passes else "it applies to every op"
             found.append(f"config {key}: {baseline.config.get(key)} -> {now.get(key)}: {what}")
-    overrides = internals.override_snapshot()
-    for key in sorted(set(overrides) | set(baseline.overrides)):
-        if overrides.get(key) != baseline.overrides.get(key):
-            found.append(f"codegen override {key} changed: every op whose code calls it")
+    for key, _line in compiler_surface.changed_overrides():
+        found.append(f"codegen override {key} changed: every op whose code calls it")
     return found

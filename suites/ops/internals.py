@@ -1,4 +1,4 @@
-"""The ops suite's private torch APIs (OpInfo, inductor's tables, config and codegen overrides, make_fx), in one place.
+"""The ops suite's private torch APIs (OpInfo, inductor's tables and config, make_fx), in one place.
 
 ``suites/harness.py`` is the other suites' gateway; this one holds what only the sweep needs, looked up when called,
 so a torch without one of them skips the sweep with the reason instead of breaking collection.
@@ -17,16 +17,6 @@ from typing import Any
 
 import torch
 
-# Where inductor turns its `ops.*` calls into code: a repository that patches a method here changes codegen for every
-# op that calls it, without touching the lowering or decomposition tables.
-OVERRIDE_CLASSES = (
-    ("torch._inductor.ops_handler", "BasicMathOpsMixin"),
-    ("torch._inductor.codegen.common", "OpDecompositions"),
-    ("torch._inductor.codegen.common", "OpOverrides"),
-    ("torch._inductor.codegen.cpp", "CppOverrides"),
-    ("torch._inductor.codegen.cpp", "CppVecOverrides"),
-    ("torch._inductor.codegen.triton", "TritonOverrides"),
-)
 CONFIG_MODULES = ("torch._inductor.config", "torch._functorch.config")
 
 
@@ -91,17 +81,6 @@ def config_snapshot() -> dict[str, str]:
             else:
                 values[f"{name}.{key}"] = repr(value)[:200]
     return values
-
-
-def override_snapshot() -> dict[str, int]:
-    """The identity of every method of inductor's codegen override classes, by qualified name."""
-    found: dict[str, int] = {}
-    for module, name in OVERRIDE_CLASSES:
-        cls = optional(module, name)
-        for attr, value in vars(cls).items() if cls is not None else ():
-            if not attr.startswith("__"):
-                found[f"{name}.{attr}"] = id(value)
-    return found
 
 
 @contextlib.contextmanager

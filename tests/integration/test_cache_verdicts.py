@@ -1,14 +1,15 @@
 """Issue 27 through the whole service (webhook -> Celery worker -> DockerRunner -> real torch.compile -> check runs):
 a repository whose own package patches inductor at run time (a lowering, a decomposition, a custom pass with a
-constant uuid). A warm trusted cache must not bend a verdict: a pull request that breaks any of the three patches is
-red although the default branch warmed the cache, one that changes nothing else hits the cache, and a member's pull
-request that plants files in its compile cache reaches neither its base run nor the default branch, whichever runs
-first."""
+constant uuid, a codegen override). A warm trusted cache must not bend a verdict: a pull request that breaks any of
+the four patches is red although the default branch warmed the cache, one that changes nothing else hits the cache,
+and a member's pull request that plants files in its compile cache reaches neither its base run (which starts after
+the pull request's job finished: one job at a time) nor the default branch."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import subprocess
 import textwrap
 import time
@@ -73,18 +74,34 @@ class KeepAdds(CustomGraphPass):
 
 config.post_grad_custom_post_pass = KeepAdds()
 '''
+OVERRIDE = '''
+from torch._inductor.codegen.cpp import CppOverrides, CppVecOverrides
+
+
+def _keep(stock):
+    def override(*args, **kwargs):
+        return stock(*args, **kwargs)
+
+    return staticmethod(override)
+
+
+for _cls in (CppOverrides, CppVecOverrides):  # the C++ inductor writes for sin, scalar and vectorised
+    _cls.sin = _keep(_cls.sin)
+'''
 BROKEN = {
     "lowering": ("compilerpatch/lowering.py", LOWERING.replace("sin.default]\n\n\ndef", "cos.default]\n\n\ndef")),
     "decomposition": ("compilerpatch/decomposition.py", DECOMPOSITION.replace(" - (-x).exp()", "")),
     "custom pass": ("compilerpatch/custom_pass.py", CUSTOM_PASS.replace("        pass\n", textwrap.indent(
         "for node in graph.nodes:\n    if node.target == torch.ops.aten.add.Tensor:\n"
         "        node.target = torch.ops.aten.sub.Tensor\n", " " * 8))),
+    "codegen override": ("compilerpatch/override.py", OVERRIDE.replace("_keep(_cls.sin)", "_keep(_cls.cos)")),
 }
 CONFTEST = '''
 import os, sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import compilerpatch.lowering, compilerpatch.decomposition, compilerpatch.custom_pass  # noqa: E401,F401
+import compilerpatch.lowering, compilerpatch.decomposition  # noqa: E401,F401
+import compilerpatch.custom_pass, compilerpatch.override  # noqa: E401,F401
 '''
 TESTS = '''
 import os, pathlib
@@ -118,7 +135,8 @@ def repo(tmp_path: Path) -> Path:
     subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
     for name, text in ((".compile-ci.toml", CONFIG), ("compilerpatch/__init__.py", ""),
                        ("compilerpatch/lowering.py", LOWERING), ("compilerpatch/decomposition.py", DECOMPOSITION),
-                       ("compilerpatch/custom_pass.py", CUSTOM_PASS), ("tests/conftest.py", CONFTEST),
+                       ("compilerpatch/custom_pass.py", CUSTOM_PASS), ("compilerpatch/override.py", OVERRIDE),
+                       ("tests/conftest.py", CONFTEST),
                        ("tests/test_surface.py", TESTS)):
         commit_file(path, "main", name, text, f"add {name}")
     return path
@@ -132,13 +150,19 @@ def docker_worker(settings: Settings, tmp_path: Path, emulator: GitHubEmulator) 
             engine.ping()
     except Exception as exc:  # noqa: BLE001 - any reason the engine does not answer
         pytest.skip(f"no Docker engine: {exc}")
-    settings = dataclasses.replace(settings, runner="docker")
+    # A build under another tag (suites this tree changed) is run by naming it; the tests never rebuild :latest.
+    image = os.environ.get("COMPILE_CI_TEST_RUNNER_IMAGE", settings.runner_image_cpu)
+    settings = dataclasses.replace(settings, runner="docker", runner_image_cpu=image)
     (tmp_path / "suites" / "correctness").mkdir(parents=True)
     emulator.add_repo(FULL_NAME)
     emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
-    app = create_worker_celery(settings, suites_dir=tmp_path / "suites")
-    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=60,
-                      queues=["cpu", "github"]):
+    # One job at a time (the cpu worker), planning and reports beside it: a pull request's base run, queued behind
+    # its head job, starts only once that finished, so the poisoning order is the one replayed, not left to a race.
+    github, cpu = (create_worker_celery(settings, suites_dir=tmp_path / "suites") for _ in range(2))
+    with start_worker(github, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=60,
+                      queues=["github"], hostname="github@cache-verdicts"), \
+            start_worker(cpu, pool="threads", concurrency=1, perform_ping_check=False, shutdown_timeout=60,
+                         queues=["cpu"], hostname="cpu@cache-verdicts"):
         yield settings
 
 
@@ -198,7 +222,7 @@ def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_
     # Nothing of the compiler changed: the pull request hits what the default branch compiled.
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "docs", first], check=True)
     docs = commit_file(repo, "docs", "README.md", "compiler patches, documented\n", "more docs")
-    _pull_request(settings, 5, docs, first)
+    _pull_request(settings, 6, docs, first)
     hit = _done(emulator, docs)
     assert hit["conclusion"] == "success", hit["output"]
     assert _compiled_test(settings, hit)["fx_graph_cache_hits"] >= 1, _compiled_test(settings, hit)
@@ -210,10 +234,11 @@ def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_
     again = _done(emulator, later)
     assert (again["conclusion"], again["output"]["title"]) == ("success", "2 passed"), again["output"]
     assert _compiled_test(settings, again)["fx_graph_cache_hits"] >= 1
-    # The planting pull request's base run (queued behind every head job, so it ran after the plant) was not
-    # served the plant either.
+    # The planting pull request's base run started after the pull request's job had finished (its writes done) and
+    # was not served the plant either.
     store = Store(settings.database_url)
     (pull,) = store.runs_of_pr(FULL_NAME, 1)
+    (head_job,) = store.jobs_of(pull.id)
     deadline = time.monotonic() + 300
     while True:
         base_jobs = store.jobs_of(pull.base_run_id or "")
@@ -221,3 +246,6 @@ def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_
             break
         time.sleep(0.5)
     assert base_jobs and all((j.conclusion, j.passed) == ("success", 2) for j in base_jobs), base_jobs
+    assert head_job.finished_at is not None and all(
+        j.started_at is not None and j.started_at >= head_job.finished_at for j in base_jobs), \
+        [(j.id, j.started_at, head_job.finished_at) for j in base_jobs]

@@ -53,7 +53,7 @@ def run_repo_tests(checkout: Path, work: Path, extra_env: dict[str, str] | None 
     env.update({"COMPILE_CI_DEVICE": "cpu", "COMPILE_CI_CHECKOUT": str(checkout), "COMPILE_CI_OUTPUT_DIR": str(out)})
     env.update(extra_env or {})
     junit = out / "junit.xml"
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
+    command = [sys.executable, "-m", "suites.pytest_entry", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
                "-o", "junit_family=xunit1", f"--junitxml={junit}", "--rootdir", str(checkout), str(checkout / "tests")]
     proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
     cases = {case.get("name", ""): case for case in ET.parse(junit).getroot().iter("testcase")} \
