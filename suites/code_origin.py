@@ -107,6 +107,11 @@ def _has_contents(cell: types.CellType) -> bool:
     return True
 
 
+def path_digest(path: str) -> str:
+    """The digest origin() gives a file of this content."""
+    return _digest_of_path(path, os.stat(path).st_mtime_ns)
+
+
 @functools.lru_cache(maxsize=4096)
 def _digest_of_path(path: str, mtime_ns: int) -> str:
     with open(path, "rb") as handle:

@@ -105,6 +105,39 @@ def changed_overrides() -> list[tuple[str, str]]:
     return changes
 
 
+def sources(value: Any) -> frozenset[str]:
+    """The content digests of the files outside torch that `value`'s code comes from (code_origin.origin): a change
+    touches it when it changes one of those files, wherever the job imports them from (checkout or site-packages)."""
+    return frozenset(origin(value).split(",")) - {""}
+
+
+def entry_sources(table_name: str, key: Any) -> frozenset[str] | None:
+    """sources() of a changed table entry; None for a removed entry, whose remover cannot be told."""
+    for module, tables in _TABLES.items():
+        loaded = sys.modules.get(module)
+        for name, attribute, is_set in tables if loaded is not None else ():
+            table = getattr(loaded, attribute, None)
+            if name == table_name and table is not None and key in table:
+                return sources(key if is_set else _unwrap_ours(table[key]))
+    return None
+
+
+def override_sources(method: str) -> frozenset[str] | None:
+    """The same for a changed override method ("CppOverrides.sin"); None when it was removed."""
+    class_name, _, attribute = method.partition(".")
+    for qualified in _overrides:
+        module, _, name = qualified.rpartition(".")
+        cls = getattr(sys.modules.get(module), name, None) if name == class_name else None
+        if cls is not None and attribute in vars(cls):
+            return sources(vars(cls)[attribute])
+    return None
+
+
+def pattern_sources() -> frozenset[str]:
+    """The content digests of the files outside torch that registered patterns."""
+    return frozenset(line.rsplit(" ", 1)[-1] for line in _registrations)
+
+
 def fingerprint() -> str:
     """'' when the repository changed nothing in the compiler; else a hash of what it changed and the code behind it."""
     lines = [line for _table, _key, line in changed_entries()] + [line for _key, line in changed_overrides()]

@@ -12,9 +12,10 @@ name, a checkout too large to index), it runs. Pushes, base runs and pull reques
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from runners.untrusted_files import read_bounded
@@ -43,6 +44,7 @@ class Decision:
 
     not_affected: tuple[str, ...] = ()
     reason: str = ""
+    changed: tuple[str, ...] | None = None  # the paths the pull request changed, when they were read
 
     @property
     def line(self) -> str:
@@ -139,6 +141,21 @@ def decide_for_job(ctx: WorkerContext, run: Run, job: Job, targets: Mapping[str,
         return text.encode() if text is not None else None
 
     try:
-        return decide_for_checkout(checkout, changed, targets, read_base)
+        decision = decide_for_checkout(checkout, changed, targets, read_base)
     except Exception as exc:  # noqa: BLE001 - whatever the pull request's files hold, the job runs, whole
-        return everything(f"the change was not analysed ({type(exc).__name__})")
+        decision = everything(f"the change was not analysed ({type(exc).__name__})")
+    return replace(decision, changed=tuple(changed))
+
+
+CHANGED_FILES_ENV = "COMPILE_CI_CHANGED_FILES"  # suites/ops/aim.py reads it
+MAX_CHANGED_ENV_BYTES = 100_000  # an environment variable's value may not pass 128 KiB
+
+
+def changed_files_env(suite: str, changed: tuple[str, ...] | None) -> dict[str, str]:
+    """The ops sweep aims at the repository's compiler patches whose code this pull request changed: it gets the
+    changed paths. Nothing (every patch counts) without a list, when the change touches an install or config file
+    (what the job imports may differ anywhere) or when the list is too long for the environment."""
+    if suite != "ops" or changed is None or any(_matches(path, SURFACE_FILES) for path in changed):
+        return {}
+    text = json.dumps(list(changed))
+    return {CHANGED_FILES_ENV: text} if len(text.encode()) <= MAX_CHANGED_ENV_BYTES else {}

@@ -107,7 +107,9 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
 
     def selecting(config: RepoConfig, mirror: Path, checkout: Path) -> Selected:
         decision = affected.decide_for_job(ctx, run, job, config.targets, mirror, checkout)
-        return Selected(not_affected_env(decision.not_affected), decision.line)
+        return Selected({**not_affected_env(decision.not_affected), **affected.changed_files_env(job.suite,
+                                                                                                 decision.changed)},
+                        decision.line)
 
     return execute(ctx, run, job, out, job.id, Watch(ctx, job, lease, out), selecting,
                    lambda result, roots, checkout, chosen: _finish(ctx, job, out, result, roots, checkout, chosen))

@@ -81,7 +81,7 @@ def _plan(ctx: WorkerContext, run: Run, job: Job, durations: dict[str, float]) -
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return {"durations": fitted_durations(durations), "not_affected": list(decision.not_affected),
-            "note": decision.line}
+            "changed_env": affected.changed_files_env(job.suite, decision.changed), "note": decision.line}
 
 
 def run_shard(ctx: WorkerContext, shard_id: str) -> None:
@@ -139,7 +139,9 @@ def _execute(ctx: WorkerContext, run: Run, job: Job, shard: Shard, lease: LeaseK
     out = shard_results_dir(ctx.settings.artifacts_dir, run.id, shard)
     plan = json.loads(shard.plan or "{}")
     specs = [s for s in plan.get("not_affected", []) if isinstance(s, str)]
-    chosen = Selected({**shard_env(shard.index, shard.count, plan.get("durations") or {}), **not_affected_env(specs)},
+    changed = {k: v for k, v in (plan.get("changed_env") or {}).items() if k == affected.CHANGED_FILES_ENV}
+    chosen = Selected({**shard_env(shard.index, shard.count, plan.get("durations") or {}), **not_affected_env(specs),
+                       **changed},
                       f"{plan.get('note', '')}compile-ci: shard {shard.index + 1} of {shard.count}, "
                       f"attempt {shard.attempt}\n")
 

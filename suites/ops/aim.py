@@ -1,5 +1,11 @@
 """Which ops the repository's change touches: the sweep's scope, from the compiler surface the job sees.
 
+On a pull request the service lists the files the change touches (COMPILE_CI_CHANGED_FILES, paths in the
+checkout); a change of the repository's compiler surface is aimed at only when the code behind it comes from one of
+those files (by content, as the cache key sees it: the same file imported from the checkout or from site-packages),
+so a pull request that edits one lowering of many sweeps that lowering's ops, not every op the repository patches.
+Without the list (a push, a base run, a change that touches the install or config files) every change counts.
+
 Stock torch is the baseline (the snapshot of inductor's tables and codegen override classes that
 ``suites/compiler_surface.py`` takes before any repository code runs, plus this module's own snapshot of inductor's
 config). Exact: an entry of the lowering, fallback or
@@ -10,21 +16,24 @@ override method, a changed config setting, or a torch that is not the runner's o
 
 from __future__ import annotations
 
+import json
 import os
 import site
+import sys
 import sysconfig
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import torch
 
-from .. import compiler_surface
+from .. import code_origin, compiler_surface
 from ..op_families import family_of
 from . import internals
 
 SCOPE_ENV = "COMPILE_CI_OPS_SCOPE"  # "aimed" (default) or "all"
 SHARD_ENV = "COMPILE_CI_OPS_SHARD"  # "K/N": this job runs the K-th of N shards of its scope (default 1/1)
+CHANGED_ENV = "COMPILE_CI_CHANGED_FILES"  # a JSON list of the paths the pull request changed (the service's)
 SCOPES = ("aimed", "all")
 # Settings the sweep itself or the runner sets; a difference there is not the repository's change.
 _OWN_CONFIG = frozenset({"torch._inductor.config.fallback_random"})
@@ -79,8 +88,14 @@ def decide(baseline: Baseline, environ: Mapping[str, str] = os.environ) -> Aim:
     if scope not in SCOPES:
         raise ValueError(f"{SCOPE_ENV}={scope!r}: expected one of {', '.join(SCOPES)}")
     shard = parse_shard(environ.get(SHARD_ENV, "") or "1/1")
-    everything, reasons, families = _global_changes(baseline, environ), [], set()
+    touched = _touched_by(changed_digests(environ))
+    untouched: list[str] = []
+    everything, reasons, families = _global_changes(baseline, environ, touched, untouched), [], set()
     for table, key, line in compiler_surface.changed_entries():
+        if not touched(compiler_surface.pattern_sources() if table == "pattern" else
+                       compiler_surface.entry_sources(table, key)):
+            untouched.append(f"{line}: not in a file this pull request changed, so not swept")
+            continue
         if table == "pattern":
             everything.append(f"{line}: a pattern can rewrite any op's graph")
             continue
@@ -93,7 +108,31 @@ def decide(baseline: Baseline, environ: Mapping[str, str] = os.environ) -> Aim:
     changed_everything = bool(everything)
     if scope == "all":
         everything.insert(0, f"{SCOPE_ENV}=all")
-    return Aim(bool(everything), frozenset(families), tuple(everything + reasons), shard, changed_everything)
+    return Aim(bool(everything), frozenset(families), tuple(everything + reasons + untouched), shard,
+               changed_everything)
+
+
+def changed_digests(environ: Mapping[str, str]) -> frozenset[str] | None:
+    """The content digests of the files the pull request changed, as they are at its head (a deleted file has none);
+    None without a list: every change of the compiler surface counts."""
+    text, checkout = environ.get(CHANGED_ENV, ""), environ.get("COMPILE_CI_CHECKOUT", "")
+    try:
+        paths = json.loads(text) if text and checkout else None
+    except ValueError:
+        return None
+    if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+        return None
+    found = (os.path.join(checkout, p) for p in paths)
+    return frozenset(code_origin.path_digest(f) for f in found if os.path.isfile(f))
+
+
+def _touched_by(changed: frozenset[str] | None) -> Callable[[frozenset[str] | None], bool]:
+    """Whether a change whose code comes from files of these digests is the pull request's: with no list, a removed
+    entry (None) or code that is all torch's (a table entry pointed at another of torch's functions: who did it
+    cannot be told), yes."""
+    def touched(sources: frozenset[str] | None) -> bool:
+        return changed is None or not sources or not sources.isdisjoint(changed)
+    return touched
 
 
 def _is_installed_torch(environ: Mapping[str, str]) -> bool:
@@ -108,8 +147,10 @@ def _is_installed_torch(environ: Mapping[str, str]) -> bool:
     return any(here.startswith(os.path.realpath(root) + os.sep) for root in roots if root)
 
 
-def _global_changes(baseline: Baseline, environ: Mapping[str, str]) -> list[str]:
-    """Changes that could touch any op, one line each."""
+def _global_changes(baseline: Baseline, environ: Mapping[str, str], touched: Callable[[frozenset[str] | None], bool],
+                    untouched: list[str]) -> list[str]:
+    """Changes that could touch any op, one line each (those whose code the pull request did not change go to
+    `untouched`)."""
     found = []
     if not _is_installed_torch(environ):
         found.append(f"torch is not the runner's own: imported from {os.path.dirname(torch.__file__)}")
@@ -117,8 +158,19 @@ def _global_changes(baseline: Baseline, environ: Mapping[str, str]) -> list[str]
     for key in sorted(set(now) | set(baseline.config)):
         if key not in _OWN_CONFIG and now.get(key) != baseline.config.get(key):
             passes = " object 0x" in str(now.get(key))
+            if passes and not touched(compiler_surface.sources(_config_value(key))):
+                untouched.append(f"config {key}: its pass is not in a file this pull request changed, so not swept")
+                continue
             what = "a pass can rewrite any op's graph" if passes else "it applies to every op"
             found.append(f"config {key}: {baseline.config.get(key)} -> {now.get(key)}: {what}")
     for key, _line in compiler_surface.changed_overrides():
-        found.append(f"codegen override {key} changed: every op whose code calls it")
+        if touched(compiler_surface.override_sources(key)):
+            found.append(f"codegen override {key} changed: every op whose code calls it")
+        else:
+            untouched.append(f"codegen override {key}: not in a file this pull request changed, so not swept")
     return found
+
+
+def _config_value(qualified: str) -> object:
+    module, _, key = qualified.rpartition(".")
+    return getattr(sys.modules.get(module), key, None)

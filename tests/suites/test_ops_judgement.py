@@ -215,3 +215,57 @@ def test_a_shard_routes_only_the_ops_it_owns(tmp_path: Path) -> None:
     assert seen["routed"] == seen["owned"] and seen["owned"], "a shard traced ops it does not own, or none"
     assert seen["other_shards"] == seen["cases"] - len(seen["owned"])
     assert set(seen["run"]) <= set(seen["owned"]) and seen["run"]
+
+
+PATCH = '''
+import torch
+from torch._inductor import lowering
+
+_stock = lowering.lowerings[torch.ops.aten.{op}.default]
+
+
+def patched(*args, **kwargs):
+    return _stock(*args, **kwargs)
+
+
+lowering.lowerings[torch.ops.aten.{op}.default] = patched
+'''
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_a_pull_request_sweeps_the_patches_it_changed_not_every_patch(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repository patches `sin` and `cos` in two files and sets a custom pass in a third: a pull request that
+    changes only the `sin` file aims at `sin`'s ops, with the others named as not swept; one that changes the pass's
+    file sweeps every op; without the service's list (a push, a base run) every patch counts, as before."""
+    import importlib
+
+    from torch._inductor import config, lowering
+
+    (tmp_path / "patch_sin.py").write_text(PATCH.format(op="sin"))
+    (tmp_path / "patch_cos.py").write_text(PATCH.format(op="cos"))
+    (tmp_path / "passes.py").write_text("def custom_pass(graph):\n    return None\n")
+    (tmp_path / "README.md").write_text("docs")
+    baseline = aim.Baseline.take()
+    stock = {op: lowering.lowerings[op] for op in (torch.ops.aten.sin.default, torch.ops.aten.cos.default)}
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        importlib.import_module("patch_sin"), importlib.import_module("patch_cos")
+        custom_pass = importlib.import_module("passes").custom_pass
+        with config.patch(post_grad_custom_post_pass=custom_pass):
+            def aimed(changed: list[str] | None) -> aim.Aim:
+                env = {"COMPILE_CI_CHECKOUT": str(tmp_path)}
+                return aim.decide(baseline, env if changed is None else {**env, aim.CHANGED_ENV: json.dumps(changed)})
+
+            sin_only, pass_file, docs_only, no_list = (aimed(["patch_sin.py"]), aimed(["passes.py"]),
+                                                       aimed(["README.md"]), aimed(None))
+    finally:
+        lowering.lowerings.update(stock)
+        for name in ("patch_sin", "patch_cos", "passes"):
+            sys.modules.pop(name, None)
+    assert not sin_only.everything and sin_only.families == {"aten.sin"}, sin_only
+    not_swept = [r for r in sin_only.reasons if "not swept" in r]
+    assert any("aten.cos" in r for r in not_swept) and any("post_grad_custom_post_pass" in r for r in not_swept)
+    assert pass_file.everything and pass_file.families == frozenset(), pass_file
+    assert not docs_only.everything and docs_only.families == frozenset(), docs_only
+    assert no_list.everything and no_list.families == {"aten.sin", "aten.cos"}, no_list

@@ -3,6 +3,7 @@ import closures against its diff, and everything whenever the change touches the
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,15 @@ def test_a_checkout_on_disk_is_read_without_following_links(tmp_path: Path) -> N
     assert "zoo/blocks.py" in reach.dynamic
     assert decide_for_checkout(tmp_path, ["scripts/train.py"], TARGETS, lambda _p: None).not_affected == (
         "fusedpkg.kernels:examples", "zoo.vit:examples")
+
+
+def test_the_ops_sweep_is_told_what_a_pull_request_changed_unless_it_touches_install_or_config() -> None:
+    from service.jobs.affected import CHANGED_FILES_ENV, changed_files_env
+
+    changed = ("zoo/lowerings/sin.py", "README.md")
+    assert json.loads(changed_files_env("ops", changed)[CHANGED_FILES_ENV]) == list(changed)
+    assert changed_files_env("correctness", changed) == {}  # only the sweep aims by it
+    assert changed_files_env("ops", None) == {}  # not read (a push, no base job): every patch counts
+    assert changed_files_env("ops", ("requirements.txt", "zoo/lowerings/sin.py")) == {}
+    assert changed_files_env("ops", (".compile-ci.toml",)) == {}
+    assert changed_files_env("ops", tuple(f"zoo/models/module_{i:05}.py" for i in range(5000))) == {}  # past 100 kB
