@@ -16,6 +16,7 @@ repository root as a module (run as a script, `bench/suites.py` would shadow the
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -51,6 +52,8 @@ def settings_for(root: Path, redis_url: str, github_url: str, key: str) -> Setti
         "COMPILE_CI_DATA_DIR": str(root / "data"), "COMPILE_CI_PUBLIC_URL": "http://ci.example.test",
         "COMPILE_CI_CLONE_URL_TEMPLATE": (root / "repos").as_uri() + "/{full_name}",
         "COMPILE_CI_DEVICES": "cpu", "COMPILE_CI_RUNNER": "local",
+        # A host whose torch is another version (a GPU host's) names it, as a deployment would.
+        **{k: v for k, v in os.environ.items() if k == "COMPILE_CI_TORCH_VERSIONS"},
     })
 
 
