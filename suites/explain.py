@@ -1,6 +1,7 @@
 """What a red declared-model test leaves behind so that it explains itself: how its tolerance was derived, a script
-that runs torch's own minifier on the model (`minify.py`), and for a crash in inductor's generated code the module
-that crashed (`crashed_graph.py`, runnable on its own) with the failing line.
+that runs torch's own minifier on the model (`minify.py`, or where the minifier cannot reproduce the suite's step,
+the reason instead), and for a crash in inductor's generated code the module that crashed (`crashed_graph.py`,
+runnable on its own) with the failing line. Every suite's declared-model test judges through here.
 
 Files go beside the test's other artifacts (`$COMPILE_CI_OUTPUT_DIR/tests/<sanitised node id>/`); without that
 variable nothing is written and the failure says so.
@@ -16,7 +17,7 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from torch import nn
@@ -37,13 +38,33 @@ _MINIFY = Path(__file__).with_name("minify_template.py").read_text()
 _GENERATED_MARKERS = ("torchinductor", "inductor")
 
 
+class Declared(Protocol):
+    """A declared model (targets.DeclaredModel: built by calling its factory) or a declared ``fuse`` function
+    (fusion's DeclaredFusion: compiled as it is): the entry ``name`` of the ``[targets]`` callable ``spec``."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def spec(self) -> str: ...
+
+
 @dataclass(frozen=True)
 class Subject:
-    """The declared model a test runs, and the test: what its explanation files are about and named after."""
+    """The declared target a test runs, and the test: what its explanation files are about and named after.
+
+    How the suite ran the step, so that minify.py runs the same one: ``eval`` (the model put in eval mode),
+    ``config`` (the inductor settings the suite compiles under), ``channels_last`` (4-D inputs converted).
+    ``no_minifier``: why torch's minifier cannot reproduce this suite's step; the failure then says so and no
+    minify.py is written."""
 
     nodeid: str
-    model: DeclaredModel
+    model: Declared
     device: str
+    eval: bool = False
+    config: tuple[tuple[str, Any], ...] = ()
+    channels_last: bool = False
+    no_minifier: str = ""
 
 
 def artifact_dir(nodeid: str) -> Path | None:
@@ -68,20 +89,25 @@ def forget(nodeid: str) -> None:
             (directory / name).unlink(missing_ok=True)
 
 
-def minify_script(nodeid: str, model: DeclaredModel, *, device: str, backward: bool, crash: bool) -> str:
-    """A standalone script: rebuild the declared model from a clone, run the compiled step under torch's repro
-    settings and run the minifier launcher torch writes. Accuracy: after AOT, then after dynamo, level 4 (after AOT,
-    inductor's decompositions are already in the graph both sides run, so a bug there shows only after dynamo).
-    Crash: after AOT, level 2 (the graph whose generated code raised)."""
+def minify_script(subject: Subject, *, backward: bool, crash: bool) -> str:
+    """A standalone script: rebuild the declared model (or take the declared function) from a clone, run the
+    compiled step as the suite ran it under torch's repro settings and run the minifier launcher torch writes.
+    Accuracy: after AOT, then after dynamo, level 4 (after AOT, inductor's decompositions are already in the graph
+    both sides run, so a bug there shows only after dynamo). Crash: after AOT, level 2 (the graph that raised)."""
+    model = subject.model
     settings = {
-        "nodeid": nodeid, "spec": model.spec, "name": model.name, "device": device, "backward": backward,
+        "nodeid": subject.nodeid, "spec": model.spec, "name": model.name, "device": subject.device,
+        "backward": backward, "call": "module" if isinstance(model, DeclaredModel) else "function",
+        "eval": subject.eval, "channels_last": subject.channels_last, "inductor_config": dict(subject.config),
         "attempts": [("aot", 2)] if crash else [("aot", 4), ("dynamo", 4)], "what": "crash" if crash else "accuracy",
     }
     return _MINIFY.replace("SETTINGS = {}", f"SETTINGS = {pprint.pformat(settings, sort_dicts=False)}", 1)
 
 
 def _minify_note(subject: Subject, *, backward: bool, crash: bool) -> str:
-    script = minify_script(subject.nodeid, subject.model, device=subject.device, backward=backward, crash=crash)
+    if subject.no_minifier:
+        return f"minimised repro: no minify.py: {subject.no_minifier}"
+    script = minify_script(subject, backward=backward, crash=crash)
     where = _write(subject.nodeid, "minify.py", script)
     how = "TORCHDYNAMO_REPRO_AFTER=aot, TORCHDYNAMO_REPRO_LEVEL=2" if crash else (
         "TORCHDYNAMO_REPRO_AFTER=aot then dynamo, TORCHDYNAMO_REPRO_LEVEL=4")
@@ -110,9 +136,26 @@ def judge_step(
         noise = measure_noise(pristine, inputs, fp64, backward=backward)
         if noise:
             problems = _differences(compiled, eager, fp64, backward, noise)
+    _fail_explained(problems, f"tolerance: {noise.derivation}" if noise else SUITES_RULE, subject, backward)
+
+
+def judge_outputs(
+    compiled: Any, eager: Any, fp64: Any, *, subject: Subject | None, what: str = "output",
+    grads: tuple[Any, Any, Any] | None = None,
+) -> None:
+    """Judge a step by the suites' rule as it stands and fail explained: outputs (paths start with ``what``) and,
+    given ``(compiled, eager, fp64)`` gradients, those. No batch-statistics allowance: for the suites that judge an
+    inference-mode forward (freezing, layout) or a declared function (fusion), whose tolerance is the plain rule."""
+    problems = differences_from_reference(compiled, eager, fp64, what=what)
+    if grads is not None:
+        problems += differences_from_reference(*grads, what="grad")
+    _fail_explained(problems, SUITES_RULE, subject, grads is not None)
+
+
+def _fail_explained(problems: list[str], tolerance: str, subject: Subject | None, backward: bool) -> None:
     if not problems:
         return
-    notes = [f"tolerance: {noise.derivation}" if noise else SUITES_RULE]
+    notes = [tolerance]
     if subject is not None:
         notes.append(_minify_note(subject, backward=backward, crash=False))
     fail_on_differences(problems, tuple(notes))

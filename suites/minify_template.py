@@ -3,8 +3,9 @@
     python minify.py [PATH_TO_CLONE]      (default: the current directory; check out the job's commit first)
 
 Needs torch and what the repository's models import. It rebuilds the declared model and its example inputs from
-the clone's [targets] entry and runs the step the test ran (forward, and backward with the suites' fixed
-cotangents) under torch.compile with torch's repro settings, one attempt per process:
+the clone's [targets] entry (a declared fuse function is compiled as it is) and runs the step the test ran (forward,
+and backward with the suites' fixed cotangents; in eval mode, under the suite's inductor settings, with channels-last
+inputs where the test ran so) under torch.compile with torch's repro settings, one attempt per process:
 - a mismatch: TORCHDYNAMO_REPRO_AFTER=aot, level 4 (every graph AOT autograd hands to inductor against its eager run,
   with an fp64 reference and torch's own tolerance: catches lowering, fusion and code generation bugs), then
   TORCHDYNAMO_REPRO_AFTER=dynamo, level 4 (the whole backend, forward and backward, against eager: also catches a
@@ -40,9 +41,16 @@ def run_step(clone, after, level):
                                                                              attribute)()}
     factory, inputs = entries[SETTINGS["name"]]
     device = SETTINGS["device"]
-    model = factory().to(device)
+    model = factory if SETTINGS["call"] == "function" else factory().to(device)
+    if SETTINGS["eval"]:
+        model.eval()
     inputs = [t.to(device) if isinstance(t, torch.Tensor) else t for t in inputs]
+    if SETTINGS["channels_last"]:
+        inputs = [t.to(memory_format=torch.channels_last) if isinstance(t, torch.Tensor) and t.dim() == 4 else t
+                  for t in inputs]
     torch._inductor.config.fallback_random = True  # dropout masks as eager's, as in the suites
+    for name, value in SETTINGS["inductor_config"].items():  # the suite's own settings, e.g. layout optimization
+        setattr(torch._inductor.config, name, value)
     compiled = torch.compile(model, backend="inductor")
     torch.manual_seed(0)
     with torch.set_grad_enabled(SETTINGS["backward"]):

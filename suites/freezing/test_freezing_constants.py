@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from .. import harness, judging, module_runs, targets
+from .. import explain, harness, judging, module_runs, targets
 from .conv_bn_modules import IMAGE_SHAPE, ConvBatchNorm
 
 
@@ -119,14 +119,28 @@ def test_cpp_wrapper(device: str) -> None:
     judging.assert_close_to_reference((first, second), (eager, eager), (reference(x.double()),) * 2)
 
 
-def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetError, device: str) -> None:
+# After AOT torch's minifier saves the graph freeze() has already rewritten, so both sides of its check run the fold;
+# after dynamo it compiles the captured graph outside dynamo's tracing context, where freeze() finds no parameters.
+NO_MINIFIER = (
+    "torch's minifier cannot reproduce a freezing bug (after AOT it saves the graph freezing already folded, so both "
+    "sides of its check run the fold; after dynamo it recompiles the graph outside dynamo's tracing context, where "
+    "freezing finds no parameters to fold): this test's repro.py reruns it, its output_code_*.py are the graphs"
+)
+
+
+def test_declared_model(
+    declared_model: targets.DeclaredModel | targets.TargetError, device: str, request: pytest.FixtureRequest
+) -> None:
     # Freezing is an inference mode: the declared model runs in eval mode without gradients whatever mode its
-    # factory returns. Random ops draw eager's numbers (fallback_random) so dropout-like code compares.
+    # factory returns. Random ops draw eager's numbers (fallback_random) so dropout-like code compares. A red
+    # explains itself (suites/explain.py): the tensor, the suites' rule, and why there is no minify.py.
     if isinstance(declared_model, targets.TargetError):
         declared_model.fail()
     module = declared_model.factory().to(device).eval()
     inputs = module_runs.map_tensors(declared_model.example_inputs, lambda t: t.to(device))
     reference = copy.deepcopy(module).to(torch.float64)
+    subject = explain.Subject(request.node.nodeid, declared_model, device, eval=True, no_minifier=NO_MINIFIER)
+    explain.forget(subject.nodeid)
 
     def run(call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         torch.manual_seed(0)
@@ -134,5 +148,6 @@ def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetEr
 
     with harness.inductor_config(fallback_random=True):
         eager = run(module, inputs)
-        compiled = run(torch.compile(module, backend="inductor"), inputs)
-    judging.assert_close_to_reference(compiled, eager, run(reference, module_runs.to_fp64(inputs)))
+        with explain.crash_in_generated_code(subject, backward=False):
+            compiled = run(torch.compile(module, backend="inductor"), inputs)
+    explain.judge_outputs(compiled, eager, run(reference, module_runs.to_fp64(inputs)), subject=subject)

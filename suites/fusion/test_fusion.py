@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from .. import harness, judging, module_runs, targets
+from .. import explain, harness, judging, module_runs, targets
 from .conftest import DeclaredFusion
 
 
@@ -206,12 +206,16 @@ def test_cse_on_random_graphs_keeps_values() -> None:
     assert merged_any, "no duplicate was merged in 5 random chains"
 
 
-def test_declared_fusion(declared_fusion: DeclaredFusion | targets.TargetError, device: str) -> None:
+def test_declared_fusion(
+    declared_fusion: DeclaredFusion | targets.TargetError, device: str, request: pytest.FixtureRequest
+) -> None:
     # The repository's function compiled with inductor against eager and fp64: value, and the gradient of every
-    # floating input that requires grad.
+    # floating input that requires grad. A red explains itself (suites/explain.py): minify.py compiles the function.
     if isinstance(declared_fusion, targets.TargetError):
         declared_fusion.fail()
     inputs = module_runs.map_tensors(declared_fusion.example_inputs, lambda t: t.to(device))
+    subject = explain.Subject(request.node.nodeid, declared_fusion, device)
+    explain.forget(subject.nodeid)
 
     def run(fn: Callable[..., object], args: tuple[object, ...]) -> tuple[object, dict[str, torch.Tensor]]:
         args = module_runs.clone_inputs(args)
@@ -229,10 +233,9 @@ def test_declared_fusion(declared_fusion: DeclaredFusion | targets.TargetError, 
         torch.manual_seed(0)
         eager = run(declared_fusion.fn, inputs)
         torch.manual_seed(0)
-        compiled = run(torch.compile(declared_fusion.fn, backend="inductor"), inputs)
+        with explain.crash_in_generated_code(subject, backward=True):
+            compiled = run(torch.compile(declared_fusion.fn, backend="inductor"), inputs)
     torch.manual_seed(0)
     reference = run(declared_fusion.fn, module_runs.to_fp64(inputs))
-    judging.fail_on_differences(
-        judging.differences_from_reference(compiled[0], eager[0], reference[0])
-        + judging.differences_from_reference(compiled[1], eager[1], reference[1], what="grad")
-    )
+    explain.judge_outputs(compiled[0], eager[0], reference[0], subject=subject,
+                          grads=(compiled[1], eager[1], reference[1]))

@@ -9,6 +9,7 @@ reference, graph breaks between convolutions, training gradients, and mutation o
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,12 +17,14 @@ import pytest
 import torch
 from torch import nn
 
-from .. import harness, judging, module_runs, targets
+from .. import explain, harness, judging, module_runs, targets
+
+LAYOUT_CONFIG = {"layout_optimization": True, "force_layout_optimization": True}
 
 
 @pytest.fixture(autouse=True)
 def layout_optimization_forced() -> Iterator[None]:
-    with harness.inductor_config(layout_optimization=True, force_layout_optimization=True):
+    with harness.inductor_config(**LAYOUT_CONFIG):
         yield
 
 
@@ -220,9 +223,12 @@ def test_mutating_conv_output(mutate: str, device: str) -> None:
     judging.assert_close_to_reference(compiled, eager, fp64)
 
 
-def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetError, device: str) -> None:
+def test_declared_model(
+    declared_model: targets.DeclaredModel | targets.TargetError, device: str, request: pytest.FixtureRequest
+) -> None:
     # Inference (eval, no grad) on the example inputs as given, then again with every 4-D input channels-last: in
-    # both cases every output must come back with eager's strides and eager's accuracy.
+    # both cases every output must come back with eager's strides and eager's accuracy. A numeric red explains
+    # itself (suites/explain.py), its minify.py under the same layout settings and inputs.
     if isinstance(declared_model, targets.TargetError):
         declared_model.fail()
     model = declared_model.factory().to(device).eval()
@@ -234,6 +240,10 @@ def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetEr
         )
     reference = copy.deepcopy(model).to(torch.float64)
     compiled_model = torch.compile(model, backend="inductor")
+    subject = explain.Subject(
+        request.node.nodeid, declared_model, device, eval=True, config=tuple(LAYOUT_CONFIG.items())
+    )
+    explain.forget(subject.nodeid)
 
     def run(call: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         torch.manual_seed(0)
@@ -241,7 +251,10 @@ def test_declared_model(declared_model: targets.DeclaredModel | targets.TargetEr
 
     with torch.no_grad(), harness.inductor_config(fallback_random=True):
         for variant, args in variants.items():
-            eager, compiled = run(model, args), run(compiled_model, args)
+            step = dataclasses.replace(subject, channels_last=variant == "channels_last")
+            eager = run(model, args)
+            with explain.crash_in_generated_code(step, backward=False):
+                compiled = run(compiled_model, args)
             fp64 = run(reference, module_runs.to_fp64(args))
-            judging.assert_close_to_reference(compiled, eager, fp64, what=variant)
+            explain.judge_outputs(compiled, eager, fp64, subject=step, what=variant)
             assert_eager_strides(compiled, eager, what=variant)

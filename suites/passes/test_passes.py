@@ -149,12 +149,15 @@ class ConvBlock(nn.Module):
         return self.body(x).mean(dim=(2, 3))
 
 
+BUILTIN = "builtin"  # the spec of the suite's own zoo models
+
+
 def _builtin_zoo() -> list[targets.DeclaredModel]:
     torch.manual_seed(0)
     # Batch 3 and 7x7 images: small, odd sizes that no kernel can special-case.
     return [
-        targets.DeclaredModel("rotary_attention", "builtin", RotaryAttention, (torch.randn(3, 6, 8),)),
-        targets.DeclaredModel("conv_block", "builtin", ConvBlock, (torch.randn(3, 3, 7, 7),)),
+        targets.DeclaredModel("rotary_attention", BUILTIN, RotaryAttention, (torch.randn(3, 6, 8),)),
+        targets.DeclaredModel("conv_block", BUILTIN, ConvBlock, (torch.randn(3, 3, 7, 7),)),
     ]
 
 
@@ -195,9 +198,12 @@ class PassObserver:
         }
 
 
-def _training_step_matches_eager(model_entry: targets.DeclaredModel, device: str) -> None:
+def _training_step_matches_eager(
+    model_entry: targets.DeclaredModel, device: str, subject: explain.Subject | None = None
+) -> None:
     """Compile one forward+backward of the model with inductor and judge outputs and parameter gradients against
-    eager and an fp64 copy; random ops use eager's RNG so dropout masks agree."""
+    eager and an fp64 copy; random ops use eager's RNG so dropout masks agree. A declared model's red explains itself
+    (``subject``, suites/explain.py)."""
     model = model_entry.factory().to(device)
     inputs = module_runs.map_tensors(model_entry.example_inputs, lambda t: t.to(device))
     backward = any(p.requires_grad and p.is_floating_point() for p in model.parameters())
@@ -206,24 +212,37 @@ def _training_step_matches_eager(model_entry: targets.DeclaredModel, device: str
     eager = module_runs.forward_and_grads(model, model, inputs, backward=backward)
     with harness.inductor_config(fallback_random=True):
         compiled_fn = torch.compile(compiled_model, backend="inductor")
-        compiled = module_runs.forward_and_grads(compiled_fn, compiled_model, inputs, backward=backward)
+        with explain.crash_in_generated_code(subject, backward=backward):
+            compiled = module_runs.forward_and_grads(compiled_fn, compiled_model, inputs, backward=backward)
     fp64 = module_runs.forward_and_grads(reference, reference, module_runs.to_fp64(inputs), backward=backward)
     # Batch statistics get their derived allowance (suites/batch_statistics.py), as in correctness and autograd.
-    explain.judge_step(compiled, eager, fp64, pristine=pristine, inputs=inputs, backward=backward)
+    explain.judge_step(compiled, eager, fp64, pristine=pristine, inputs=inputs, backward=backward, subject=subject)
+
+
+def _subject(request: pytest.FixtureRequest, entry: targets.DeclaredModel, device: str, no_minifier: str = ""
+             ) -> explain.Subject | None:
+    """A declared model's explanation subject (the built-in zoo is not in the repository, so minify.py could not
+    rebuild it: its reds explain their tolerance only); earlier attempts' files forgotten."""
+    explain.forget(request.node.nodeid)
+    if entry.spec == BUILTIN:
+        return None
+    return explain.Subject(request.node.nodeid, entry, device, no_minifier=no_minifier)
 
 
 @pytest.mark.parametrize("model_entry", _pass_models(), ids=lambda entry: entry.test_id)
 def test_every_hook_sees_the_graphs_and_numerics_hold(
-    model_entry: targets.DeclaredModel | targets.TargetError, device: str
+    model_entry: targets.DeclaredModel | targets.TargetError, device: str, request: pytest.FixtureRequest
 ) -> None:
     # Observing passes on all five hooks at once: each must be called, post-grad ones once for the forward and once
-    # for the backward graph, and a compile with every hook in use must still match eager on a training step.
+    # for the backward graph, and a compile with every hook in use must still match eager on a training step. The
+    # observers change no graph, so torch's minifier (which runs without them) reproduces the same step.
     if isinstance(model_entry, targets.TargetError):
         model_entry.fail()
+    subject = _subject(request, model_entry, device)
     observers = {hook: PassObserver() for hook in harness.CUSTOM_PASS_HOOKS}
     hooks = {hook: harness.custom_graph_pass(observer, uuid=None) for hook, observer in observers.items()}
     with harness.inductor_config(**hooks):
-        _training_step_matches_eager(model_entry, device)
+        _training_step_matches_eager(model_entry, device, subject)
     silent = [hook for hook, observer in observers.items() if observer.calls == 0]
     assert not silent, f"custom pass hooks never called: {', '.join(silent)}"
     for hook in ("post_grad_custom_pre_pass", "post_grad_custom_post_pass"):
@@ -236,18 +255,24 @@ def test_declared_pass(
     model_entry: targets.DeclaredModel | targets.TargetError,
     device: str,
     record_property: Callable[[str, object], None],
+    request: pytest.FixtureRequest,
 ) -> None:
     # The repository's pass runs on its hook during a training step; its call and match counters go into the
     # JUnit XML as <property> elements of this test, numerics are judged against eager and fp64.
     for entry in (declared_pass, model_entry):
         if isinstance(entry, targets.TargetError):
             entry.fail()
+    subject = _subject(request, model_entry, device, no_minifier=(
+        f"torch's minifier cannot reproduce a step under a custom pass: torch leaves {declared_pass.hook} out of "
+        f"the inductor config its repro saves, so it would compile without {declared_pass.spec}; this test's "
+        "repro.py reruns it with the pass"
+    ))
     user_pass = declared_pass.fn() if isinstance(declared_pass.fn, type) else declared_pass.fn
     observer = PassObserver(user_pass)
     # uuid None: compile afresh every time so the pass runs and its counters are real, whatever uuid it names.
     with harness.inductor_config(**{declared_pass.hook: harness.custom_graph_pass(observer, uuid=None)}):
         try:
-            _training_step_matches_eager(model_entry, device)
+            _training_step_matches_eager(model_entry, device, subject)
         finally:
             record_property("declared_pass", declared_pass.spec)
             record_property("hook", declared_pass.hook)

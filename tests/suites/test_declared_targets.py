@@ -63,4 +63,10 @@ def test_a_declared_pass_that_changes_numerics_fails(tmp_path: Path) -> None:
     (tmp_path / "work").mkdir()
     run = run_suite("passes", "test_declared_pass and doubled_residual", tmp_path / "work", extra_env=env)
     assert run.returncode == 1, run.describe()
-    assert run.named("failed") == {"test_declared_pass[post_grad_passes:zoo.bad:drop-doubled_residual]"}, run.describe()
+    name = "test_declared_pass[post_grad_passes:zoo.bad:drop-doubled_residual]"
+    assert run.named("failed") == {name}, run.describe()
+    # Explained: the tensor and the rule, and why torch's minifier (which drops custom passes) is not offered.
+    message = run.messages[name]
+    assert "compiled RMSE vs fp64 reference" in message and "tolerance: the suites' rule" in message, message
+    assert "no minify.py: torch's minifier cannot reproduce a step under a custom pass" in message, message
+    assert "post_grad_custom_post_pass" in message and "zoo.bad:drop" in message, message
