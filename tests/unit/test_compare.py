@@ -14,7 +14,9 @@ from service.compare.ledger import Ledger, ledger_of, new_reasons
 from service.compare.verdicts import Verdict, classify
 from service.github.checks import render_check_run
 from service.repo_config import ConfigProblem, RepoConfig, parse_repo_config
-from service.store import Job, Run, TestResult
+from service.store import TestResult
+from tests.rows import job_row as _job
+from tests.rows import run_row as _run
 
 URL = "http://ci.example.test/jobs/abc-correctness-cpu"
 READY = BaseInfo(BaseStatus.READY, "b" * 40, "base", "base run")
@@ -84,17 +86,6 @@ def test_budget_violations_name_the_figure_and_dynamos_reason() -> None:
 def _result(nodeid: str, outcome: str, **metrics: object) -> TestResult:
     return TestResult(nodeid=nodeid, outcome=outcome, message="assert 1 == 2" if outcome == "failed" else "",
                       metrics=metrics or None, file="test_a.py", line=3)
-
-
-def _job(**fields: object) -> Job:
-    base = dict(id="abc-correctness-cpu", run_id="abc", suite="correctness", device="cpu", attempt=1,
-                passed=0, failed=0, skipped=0, errors=0, xfailed=0, xpassed=0, detail="", title="",
-                torch_version="2.13.0", runner="local", state="completed")
-    return Job(**{**base, **fields})
-
-
-def _run() -> Run:
-    return Run(id="abc", repo_full_name="o/r", head_sha="f" * 40, repo_id=1, installation_id=2)
 
 
 def test_a_failure_the_base_has_too_is_a_warning_and_the_check_stays_green() -> None:

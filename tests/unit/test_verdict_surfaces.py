@@ -8,7 +8,9 @@ from service.compare.comment import CheckSummary, render_comment
 from service.compare.job_verdict import job_verdict
 from service.compare.judgement import BaseInfo, BaseStatus, Judgement, judge
 from service.github.checks import render_check_run
-from service.store import Job, Run, TestResult
+from service.store import TestResult
+from tests.rows import job_row as _job
+from tests.rows import run_row as _run
 
 URL = "http://ci.example.test/jobs/abc-correctness-cpu"
 READY = BaseInfo(BaseStatus.READY, "b" * 40, "base", "base run")
@@ -17,17 +19,6 @@ READY = BaseInfo(BaseStatus.READY, "b" * 40, "base", "base run")
 def _result(nodeid: str, outcome: str) -> TestResult:
     return TestResult(nodeid=nodeid, outcome=outcome, message="assert 1 == 2" if outcome == "failed" else "",
                       metrics=None, file="test_a.py", line=3)
-
-
-def _job(**fields: object) -> Job:
-    base = dict(id="abc-correctness-cpu", run_id="abc", suite="correctness", device="cpu", attempt=1,
-                passed=0, failed=0, skipped=0, errors=0, xfailed=0, xpassed=0, detail="", title="",
-                torch_version="2.13.0", runner="local", state="completed")
-    return Job(**{**base, **fields})
-
-
-def _run() -> Run:
-    return Run(id="abc", repo_full_name="o/r", head_sha="f" * 40, repo_id=1, installation_id=2)
 
 
 def test_the_summarys_counts_line_counts_as_the_title_does() -> None:
