@@ -25,7 +25,7 @@ from runners.outbox import (
     publish_progress,
 )
 from runners.protocol import RunResult, RunSpec, ShouldCancel, map_paths
-from runners.toolchain import linker_env, vec_isa_env
+from runners.toolchain import linker_env, source_keys_env, vec_isa_env
 from runners.untrusted_files import read_bounded, usage
 
 # The worker's environment holds the webhook secret and the App's private key; the job gets none
@@ -82,6 +82,7 @@ class LocalRunner:
         env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"})
         env.update(linker_env(in_image=False))
         env.update(vec_isa_env(self.python, env))
+        env.update(source_keys_env(self.python, env))
         env.update({key: map_paths(value, paths) for key, value in spec.env.items()})
         env.update(gpu_job_env(spec.device))
         visible = visible_devices(spec.device, self.gpus)
