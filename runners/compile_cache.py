@@ -201,7 +201,7 @@ def open_job_cache(scope: CacheScope, runner_key: str, job_id: str, layer_kind: 
         repo.trusted_dir.mkdir(parents=True, exist_ok=True)
         repo.discard_unfinished(active)
         if shared is not None:  # what other hosts' trusted jobs published since this host last looked
-            shared_cache.pull(repo.base, repo.trusted_dir, shared)
+            shared_cache.pull(repo.base, repo.trusted_dir, shared, uid)
         if scope.trusted:
             repo.begin_writing(job_id, f"{socket.gethostname()}:{os.getpid()}")
     if scope.trusted:

@@ -53,9 +53,10 @@ def generation(shared: Path) -> str:
         return ""
 
 
-def copy_regular_files(source: Path, dest: Path) -> int:
+def copy_regular_files(source: Path, dest: Path, owner: tuple[int, int] | None = None) -> int:
     """Every regular file under `source` missing from `dest` (or of another size there), never following a link;
-    returns the bytes copied."""
+    returns the bytes copied. `owner`: who gets what is created."""
+    dest.mkdir(parents=True, exist_ok=True)
     copied = 0
     for dirpath, dirs, files in os.walk(source):  # os.walk does not descend into links to directories
         relative = Path(dirpath).relative_to(source)
@@ -74,12 +75,16 @@ def copy_regular_files(source: Path, dest: Path) -> int:
                     continue
             except FileNotFoundError:
                 pass
-            copied += _copy_file(path, target, info.st_mode)
+            copied += _copy_file(path, target, info.st_mode, dest, owner)
     return copied
 
 
-def _copy_file(path: str, target: Path, mode: int) -> int:
-    target.parent.mkdir(parents=True, exist_ok=True)
+def _copy_file(path: str, target: Path, mode: int, dest: Path, owner: tuple[int, int] | None) -> int:
+    for parent in reversed([p for p in target.parents if p.is_relative_to(dest) and p != dest]):
+        if not parent.exists():
+            parent.mkdir()
+            if owner is not None:
+                os.chown(parent, *owner)
     partial = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}.partial")
     try:
         source_fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)  # replaced by a link since lstat: refused
@@ -92,6 +97,8 @@ def _copy_file(path: str, target: Path, mode: int) -> int:
                 out.write(chunk)
                 size += len(chunk)
         os.chmod(partial, (mode & 0o777) | 0o600)
+        if owner is not None:
+            os.chown(partial, *owner)
         os.replace(partial, target)
     finally:
         partial.unlink(missing_ok=True)
@@ -112,9 +119,10 @@ def publish(trusted: Path, shared: Path, cap_bytes: int) -> int:
     return copied
 
 
-def pull(repo_base: Path, trusted: Path, shared: Path) -> int:
+def pull(repo_base: Path, trusted: Path, shared: Path, uid: int | None) -> int:
     """Before a job: what was published since this host last pulled, into its trusted cache; bytes copied. The
-    caller holds the host's repository lock."""
+    caller holds the host's repository lock; `uid`: the jobs' user, who gets what is created (as if its own trusted
+    job had written it: the compiles of later jobs write into those directories)."""
     if not (shared / "files").is_dir():
         return 0
     with locked(shared):
@@ -123,7 +131,8 @@ def pull(repo_base: Path, trusted: Path, shared: Path) -> int:
         pulled = marker.exists() and marker.read_text() == current
         if not current or pulled and any(trusted.iterdir()):  # emptied since (a dropped cache): pull again
             return 0
-        copied = copy_regular_files(shared / "files", trusted)
+        owner = (uid, uid) if uid is not None and os.geteuid() == 0 else None
+        copied = copy_regular_files(shared / "files", trusted, owner)
         marker.write_text(current)
     if copied:
         log.info("compile cache %s: pulled %d bytes from the shared cache", repo_base, copied)
