@@ -54,12 +54,28 @@ PHASES = (("runner start → interpreter", "runner", "process starts"),
           ("runner end (output, container removed)", "process gone", "returned"))
 
 
-def runner_for(args: argparse.Namespace, variant: str) -> Runner:
+def runner_for(args: argparse.Namespace, variant: str, root: Path) -> Runner:
     if args.runner == "local":
-        return LocalRunner(python=variant)
+        # The job imports `suites` from this checkout whether or not the interpreter has compile-ci installed.
+        python = root / f"python-{abs(hash(variant))}"
+        python.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT}${{PYTHONPATH:+:$PYTHONPATH}} exec {variant} "$@"\n')
+        python.chmod(0o755)
+        return LocalRunner(python=str(python))
     from runners.docker_runner import DockerRunner
 
     return DockerRunner({args.device: variant}, untrusted_layer="overlay")
+
+
+def zoo_files(count: int) -> dict[str, str]:
+    if not count:
+        return {}
+    from bench.shard_repos import model_modules
+
+    return {"zoo/__init__.py": "", **model_modules(count)}
+
+
+def zoo_targets(count: int) -> str:
+    return json.dumps({"models": [f"zoo.{Path(p).stem}:examples" for p in zoo_files(count) if p != "zoo/__init__.py"]})
 
 
 def spec_for(runner: Runner, work: Path, name: str, command: list[str], device: str, trust: str,
@@ -68,7 +84,8 @@ def spec_for(runner: Runner, work: Path, name: str, command: list[str], device: 
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(out, ignore_errors=True)
     scope = CacheScope(work / "cache", "bench", trust, None if trust == TRUSTED else 1)
-    job_env = {"COMPILE_CI_DEVICE": device, "COMPILE_CI_CHECKOUT": str(checkout), "COMPILE_CI_TARGETS": "{}",
+    targets = (checkout / "zoo" / "targets.json").read_text() if (checkout / "zoo" / "targets.json").exists() else "{}"
+    job_env = {"COMPILE_CI_DEVICE": device, "COMPILE_CI_CHECKOUT": str(checkout), "COMPILE_CI_TARGETS": targets,
                "COMPILE_CI_OUTPUT_DIR": str(out), "PYTHONPATH": str(checkout), **(env or {})}
     return RunSpec(job_id=f"bench-startup-{name}", command=("sh", "-c", WRAP, "sh", *command), checkout_dir=checkout,
                    output_dir=out, timeout_s=1800, device=device, env=job_env, cache=scope,
@@ -125,6 +142,9 @@ def main() -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--suite", default="correctness")
     parser.add_argument("--select", default="test_inference and mlp", help="pytest -k for the one-test job")
+    parser.add_argument("--zoo", type=int, default=0, metavar="N",
+                        help="a checkout declaring N models of bench/shards.py's stand-in zoo (then e.g. --select "
+                             "resnet_block: the tests a pull request changing one model runs)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--whole", action="store_true", help="also the whole suite, warm")
     parser.add_argument("--out", type=Path, default=None, help="a directory for job_startup.json")
@@ -134,12 +154,17 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="compile-ci-bench-startup-"))
     results: dict[str, dict[str, list[Any]]] = {v: {"probe": [], "job": [], "whole": []} for v in variants}
     try:
-        runners = {v: runner_for(args, v) for v in variants}
+        runners = {v: runner_for(args, v, root) for v in variants}
         for index, (variant, runner) in enumerate(runners.items()):
             work = root / f"v{index}"
             (work / "checkout").mkdir(parents=True)
             for helper in ("phase_clock.py", "startup_probe.py"):  # the job sees its checkout, not this one
                 shutil.copy(ROOT / "bench" / helper, work / "checkout" / helper)
+            for path, text in zoo_files(args.zoo).items():
+                (work / "checkout" / path).parent.mkdir(parents=True, exist_ok=True)
+                (work / "checkout" / path).write_text(text)
+            if args.zoo:
+                (work / "checkout" / "zoo" / "targets.json").write_text(zoo_targets(args.zoo))
             print(f"{variant}: warming its compile cache (a trusted push) ...", flush=True)
             probe(runner, work, "warm-probe", args.device, TRUSTED)
             select = "" if args.whole else args.select  # what the measured jobs will compile

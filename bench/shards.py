@@ -10,8 +10,9 @@ worker (W threads for the cpu queue's shards, one for reports) and LocalRunner, 
 2. for W in --workers: a push of a new commit on W cpu worker slots (COMPILE_CI_MAX_SHARDS=W, no minimum seconds
    per shard): the job's wall time, its shards' own times and each shard's overhead (its wall time minus the time
    of the tests it ran: a pytest, a torch import, the collection, the plugin);
-3. two pull requests on one worker, against the last push: one that changes one model's module (only that model's
-   tests run; the others take the base's results) and one that changes zoo/patches.py (everything runs).
+3. two pull requests on the last count of worker slots, against the last push: one that changes one model's module
+   (only that model's tests run; the others take the base's results) and one that changes zoo/patches.py
+   (everything runs).
 
 `--targets PATH` runs a declared-targets repository instead of the stand-in, e.g. tests/suites/models_repo (real
 torchvision, timm and transformers classes; its [install] requirements come through the install phase as a job's do):
@@ -249,12 +250,12 @@ def measure(args: argparse.Namespace, zoo: Zoo, settings: Settings, declared: Re
               flush=True)
     if args.no_pull_requests:
         return
-    with worker(settings, 1, args.device) as one:
+    with worker(settings, slots[-1], args.device) as sized:  # as many slots as the last push had
         name = declared.model
-        model = record(f"pull request changing {name}", 1,
-                       zoo.pull_request(one, name, declared.files[name] + "\n# a comment\n"))
-        patch = record(f"pull request changing {declared.patches}", 1,
-                       zoo.pull_request(one, declared.patches, PATCH.format("v2")))
+        model = record(f"pull request changing {name}", slots[-1],
+                       zoo.pull_request(sized, name, declared.files[name] + "\n# a comment\n"))
+        patch = record(f"pull request changing {declared.patches}", slots[-1],
+                       zoo.pull_request(sized, declared.patches, PATCH.format("v2")))
     print(f"affected targets only: {model:.1f} s against {patch:.1f} s ({model / (patch or 1):.2f}x)", flush=True)
 
 

@@ -45,9 +45,10 @@ def exit_now(status: int) -> None:
     import atexit
     import threading
 
-    for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
-            thread.join()
+    # What the interpreter's own exit calls first: the threading module's exit hooks (a ThreadPoolExecutor's idle
+    # workers are told to stop there: joined without it, they wait for work forever), then every non-daemon thread
+    # joined.
+    threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -138,3 +138,21 @@ def test_a_job_ends_as_a_normal_exit_would(runner: Runner, tmp_path: Path) -> No
     assert (out / "thread.txt").read_text() == "joined"
     assert (out / "atexit.txt").read_text() == "ran"
     assert "1 failed, 1 passed" in (out / "log.txt").read_text()
+
+
+POOL_TEST = '''
+from concurrent.futures import ThreadPoolExecutor
+
+POOL = ThreadPoolExecutor(2)  # idle workers at exit, as inductor's compile pools leave them
+
+
+def test_uses_a_pool():
+    assert POOL.submit(lambda: 41 + 1).result() == 42
+'''
+
+
+def test_a_job_with_idle_pool_threads_ends(local_runner: Runner, tmp_path: Path) -> None:
+    """A ThreadPoolExecutor's idle workers are non-daemon threads that stop only when told at exit: a job that
+    joined them without telling them hung until its time limit."""
+    code, out = _job(local_runner, tmp_path, "pool", POOL_TEST)
+    assert code == 0 and "1 passed" in (out / "log.txt").read_text()
