@@ -122,6 +122,7 @@ HEAVY = (
     "tests/suites/test_planted_breadth.py::test_planted_bug_is_caught[xor_as_or]",
     "tests/suites/test_planted_breadth.py::test_planted_bug_is_caught[random_ops_share_seed]",
     "tests/runners/test_compile_cache.py::test_a_trusted_job_killed_mid_write_leaves_nothing_half_written[local]",
+    "tests/runners/test_job_startup.py::test_local_jobs_keep_inductors_precompiled_header_in_their_cache",
 )
 _LEFT_OUT: list[str] = []
 

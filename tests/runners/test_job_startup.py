@@ -156,3 +156,59 @@ def test_a_job_with_idle_pool_threads_ends(local_runner: Runner, tmp_path: Path)
     joined them without telling them hung until its time limit."""
     code, out = _job(local_runner, tmp_path, "pool", POOL_TEST)
     assert code == 0 and "1 passed" in (out / "log.txt").read_text()
+
+
+HEADER_JOB = '''
+import json, os, pathlib, sys
+import torch
+from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+cache = pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]).parent.resolve()
+def headers():
+    return {str(p.relative_to(cache)): p.stat().st_mtime_ns for p in cache.rglob("*.gch")}
+before = headers()
+torch.compile(lambda x: (x.sin() * 3).relu() + 1)(torch.randn(16))
+json.dump({"default_dir_in_cache": pathlib.Path(default_cache_dir()).resolve() == cache, "before": before,
+           "after": headers()}, open(sys.argv[1], "w"))
+'''
+
+
+def test_local_jobs_keep_inductors_precompiled_header_in_their_cache(local_runner: Runner, tmp_path: Path) -> None:
+    """Inductor puts its precompiled header under $TMPDIR/torchinductor_<user>, whatever TORCHINDUCTOR_CACHE_DIR
+    says: in a LocalRunner job's own TMPDIR, thrown away after it, every job rebuilt it (about 20 s of its first
+    compile on a GPU host). Now it lives in the job's cache: kept by a trusted job, reused by the next job."""
+    from runners.compile_cache import TRUSTED, UNTRUSTED, CacheScope, RepoCache
+
+    reports = []
+    for n, (trust, pr) in enumerate(((TRUSTED, None), (UNTRUSTED, 4))):
+        out = tmp_path / f"out-{n}"
+        spec = RunSpec(job_id=f"header-{n}", command=(local_runner.python, "-c", HEADER_JOB, str(out / "r.json")),
+                       checkout_dir=tmp_path, output_dir=out, timeout_s=600,
+                       cache=CacheScope(tmp_path / "cache", "7", trust, pr))
+        result = local_runner.run(spec)
+        assert result.exit_code == 0, spec.log_path.read_text()[-3000:]
+        reports.append(json.loads((out / "r.json").read_text()))
+    trusted = RepoCache.of(CacheScope(tmp_path / "cache", "7", TRUSTED), local_runner.cache_key("cpu")).trusted_dir
+    assert all(report["default_dir_in_cache"] for report in reports)
+    assert list(trusted.rglob("*.gch")), "the trusted job's precompiled header stays in the repository's cache"
+    assert reports[1]["before"] and reports[1]["after"] == reports[1]["before"], "the next job rebuilt it"
+
+
+DEFAULT_DIR_JOB = '''
+import os, pathlib
+from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+cache = pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"]).parent.resolve()
+print("default dir in cache:", pathlib.Path(default_cache_dir()).resolve() == cache)
+'''
+
+
+def test_a_local_jobs_inductor_state_lives_in_its_cache(local_runner: Runner, tmp_path: Path) -> None:
+    """The cheap proof of the test above (heavy: two compiles): inductor's own default directory, where it keeps
+    its precompiled headers, is the job's cache directory, not its throwaway TMPDIR."""
+    from runners.compile_cache import UNTRUSTED, CacheScope
+
+    spec = RunSpec(job_id="default-dir", command=(local_runner.python, "-c", DEFAULT_DIR_JOB), checkout_dir=tmp_path,
+                   output_dir=tmp_path / "out", timeout_s=300, cache=CacheScope(tmp_path / "cache", "7", UNTRUSTED, 1))
+    assert local_runner.run(spec).exit_code == 0
+    assert "default dir in cache: True" in spec.log_path.read_text()
