@@ -34,6 +34,7 @@ from runners.untrusted_files import read_bounded, usage
 # of it, only what a test process needs to find its toolchain and GPU.
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME")
 KILL_GRACE_S = 5.0
+PUMP_DRAIN_S = 60.0
 # The job's user name as inductor spells it in its default cache directory (getpass, sanitised as inductor does).
 _USER = re.sub(r'[\\/:*?"<>|]', "_", pwd.getpwuid(os.getuid()).pw_name)
 
@@ -125,7 +126,9 @@ class LocalRunner:
                     outcome = _wait(proc, spec, should_cancel, job_out, LayerWatch(cache))
                 finally:
                     _kill_group(proc)
-                    pump.join(timeout=KILL_GRACE_S)
+                    # The job is gone: what it printed is in the pipe until EOF. A loaded host may not schedule
+                    # this thread for seconds, so wait long enough (a log cut short loses pytest's summary).
+                    pump.join(timeout=PUMP_DRAIN_S)
                     proc.stdout.close()
         except (OSError, subprocess.CalledProcessError, ValueError) as exc:
             return RunResult(None, time.monotonic() - start, infra_error=f"the job's compile cache failed: {exc}")

@@ -34,7 +34,7 @@ def main() -> int:
                                           lambda codecache: source_keys.apply(keys, codecache))
     import pytest
 
-    status = pytest.console_main()
+    status = int(pytest.main())  # pytest's console script, without console_main (deprecated in pytest 9.2)
     if in_job:
         exit_now(status)
     return status
