@@ -6,13 +6,13 @@ source scripts/setup.sh || exit 1
 bash scripts/next-torch.sh || exit 1
 set +e
 .venv/bin/ruff check service runners suites tests bench || exit 1
-# Two pytest-xdist workers: the tests that use the Docker engine run one after the other on one of them
-# (tests/conftest.py DOCKER_FILES), the rest beside them. COMPILE_CI_TEST_WORKERS=0 runs everything in one process.
+# Two pytest-xdist workers, each file on one of them; files that use the Docker engine take turns (tests/conftest.py
+# DOCKER_FILES). COMPILE_CI_TEST_WORKERS=0 runs everything in one process.
 workers="${COMPILE_CI_TEST_WORKERS:-2}"
 if [ "$workers" = 0 ]; then
   .venv/bin/python -m pytest "$@"
 else
-  .venv/bin/python -m pytest -n "$workers" --dist loadgroup "$@"
+  .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"
 fi
 rc=$?
 if [ $rc -eq 5 ]; then

@@ -127,13 +127,39 @@ HEAVY = (
 _LEFT_OUT: list[str] = []
 
 
-# With `-n 2 --dist loadgroup` (scripts/test.sh) each file's tests stay on one worker (its module fixtures are set up
-# once), and the tests that use the Docker engine, the shared runner image tag or its job containers (named from job
-# ids that tests repeat) form one group: they run one after the other on one worker, beside everything else.
+# With `-n 2 --dist loadfile` (scripts/test.sh) each file's tests stay on one worker (its module fixtures are set up
+# once). A file with a test that uses the Docker engine, the shared runner image tag or its job containers (named
+# from job ids that tests repeat) holds a lock shared by the workers while it runs (`_one_docker_file_at_a_time`), so
+# no two such files run at once. (pytest-xdist's `loadgroup` would group them, but its marks do nothing on pytest 9.2:
+# it renames `item._nodeid`, which pytest 9.2 no longer reads.)
 DOCKER_FILES = ("tests/e2e/", "tests/integration/test_cache_verdicts.py", "tests/integration/test_install.py",
                 "tests/integration/test_output_attacks.py", "tests/runners/test_docker_runner.py",
                 "tests/runners/test_runner_image.py", "tests/runners/test_gpu_selection.py",
                 "tests/unit/test_torch_matrix.py")
+
+
+_DOCKER_MODULES: set[str] = set()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_docker_file_at_a_time(request: pytest.FixtureRequest,
+                               tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Autouse and module-scoped, so it is set up before the module's own fixtures (the e2e stack) and held until
+    they are torn down. Without xdist there is one process and the lock is always free."""
+    if str(request.path) not in _DOCKER_MODULES:
+        yield
+        return
+    import fcntl
+
+    # Every xdist worker's base temp is <run's root>/popen-gwN: the lock lives in the run's root, shared by all.
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if root.name.startswith("popen-gw") else root
+    with open(root / "docker-tests.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def uses_docker(item: Any) -> bool:
@@ -148,7 +174,8 @@ def pytest_collection_modifyitems(items: list[Any]) -> None:
     for item in items:
         if item.nodeid.startswith(HEAVY):
             item.add_marker(pytest.mark.heavy)
-        item.add_marker(pytest.mark.xdist_group("docker" if uses_docker(item) else item.nodeid.split("::")[0]))
+        if uses_docker(item):
+            _DOCKER_MODULES.add(str(item.path))
     # The slow end-to-end tests run last, so a quick failure elsewhere shows first.
     items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
 
