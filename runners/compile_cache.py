@@ -151,11 +151,6 @@ class RepoCache:
                         ", ".join(m.name for m in stale))
         return [m.name for m in stale]
 
-    def evict(self, cap_mb: int) -> int:
-        """Bring trusted/ under cap_mb, least recently used files first; returns the bytes removed."""
-        with self.locked():
-            return evict_lru(self.trusted_dir, cap_mb * 1024 * 1024)
-
 
 @dataclass(frozen=True)
 class JobCache:
@@ -171,8 +166,8 @@ class JobCache:
 
     def close(self, clean: bool = True) -> None:
         """An untrusted job's layer is never merged back: it goes. A trusted job's writes stay, under the cap, when
-        it ended cleanly (it exited by itself); killed at its limit, cancelled or out of memory, it may have left a
-        half-written module or object, so the repository's cache is dropped (the next job starts cold, not broken)."""
+        it ended cleanly (exited by itself); killed, cancelled or out of memory, it may have left a half-written
+        module or object, so the repository's cache is dropped (the next job starts cold, not broken)."""
         if self.layer is not None:
             shutil.rmtree(self.layer, ignore_errors=True)
             return
@@ -182,9 +177,10 @@ class JobCache:
                     shutil.rmtree(self.repo.trusted_dir, ignore_errors=True)
                     self.repo.trusted_dir.mkdir(parents=True, exist_ok=True)
                 self.repo.writing_marker(self.job_id).unlink(missing_ok=True)
-            self.repo.evict(self.scope.cap_mb)
-            if clean and self.shared is not None:
-                shared_cache.publish(self.repo.trusted_dir, self.shared, self.scope.cap_mb * 1024 * 1024)
+                evict_lru(self.repo.trusted_dir, self.scope.cap_mb * 1024 * 1024)
+                # Published by the last trusted writer, under the lock: no half-written file of another reaches a host.
+                if clean and self.shared is not None and not any((self.repo.base / "writing").glob("*")):
+                    shared_cache.publish(self.repo.trusted_dir, self.shared, self.scope.cap_mb * 1024 * 1024)
         except OSError:
             # The job's result stands; the next trusted job of the repository tries again.
             log.warning("compile cache %s: eviction failed", self.repo.base, exc_info=True)

@@ -37,7 +37,7 @@ def compute() -> dict[str, Any]:
     import torch
     from torch._inductor import codecache
 
-    triton = codecache.triton_key()
+    triton = codecache.triton_key() if hasattr(codecache, "triton_key") else None
     return {"torch_version": torch.__version__, "torch_dir": os.path.dirname(os.path.realpath(torch.__file__)),
             "torch_key": base64.b64encode(codecache.torch_key()).decode(), "triton_key": triton}
 

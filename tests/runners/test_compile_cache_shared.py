@@ -121,3 +121,20 @@ def test_a_host_pulls_what_is_new_and_again_after_its_cache_was_dropped(tmp_path
     other, other_cache = _trusted_job(tmp_path / "b", shared, "push-c", repo="202")
     assert list(other.iterdir()) == []
     other_cache.close(clean=True)
+
+
+def test_only_the_last_trusted_writer_publishes(tmp_path: Path) -> None:
+    """Two trusted jobs of one repository on one host at once (a push's shards, two pushes): the first to end must
+    not publish what the other is still writing; the last one publishes both."""
+    shared = tmp_path / "shared"
+    first, first_cache = _trusted_job(tmp_path / "a", shared, "push-shard-0")
+    second, second_cache = _trusted_job(tmp_path / "a", shared, "push-shard-1")
+    (first / "done.so").write_text("whole")
+    (second / "half.so").write_text("still being writ")
+    first_cache.close(clean=True)
+    assert not (shared / "key" / "101" / "files").exists()
+    (second / "half.so").write_text("still being written, now whole")
+    second_cache.close(clean=True)
+    files = shared / "key" / "101" / "files"
+    assert sorted(p.name for p in files.iterdir()) == ["done.so", "half.so"]
+    assert (files / "half.so").read_text() == "still being written, now whole"
