@@ -10,30 +10,39 @@ worker (W threads for the cpu queue's shards, one for reports) and LocalRunner, 
 2. for W in --workers: a push of a new commit on W cpu worker slots (COMPILE_CI_MAX_SHARDS=W, no minimum seconds
    per shard): the job's wall time, its shards' own times and each shard's overhead (its wall time minus the time
    of the tests it ran: a pytest, a torch import, the collection, the plugin);
-3. two pull requests on one worker, against the last push: one that changes one model's module (only that model's
-   tests run; the others take the base's results) and one that changes zoo/patches.py (everything runs).
+3. two pull requests on the last count of worker slots, against the last push: one that changes one model's module
+   (only that model's tests run; the others take the base's results) and one that changes zoo/patches.py
+   (everything runs).
 
 `--targets PATH` runs a declared-targets repository instead of the stand-in, e.g. tests/suites/models_repo (real
 torchvision, timm and transformers classes; its [install] requirements come through the install phase as a job's do):
 its files and its config's [install] and [targets], with [suites] set to this bench's suite on cpu. The first pull
 request changes the module of its first declared target, the second a patches module the bench adds beside it.
 
+`--suite` takes a comma-separated list or `all` (every built-in suite: one job each, the run's wall is its first
+job's start to its last job's end); `--device cuda` runs them on the cuda queue (a GPU host: LocalRunner, its slots
+share the host's GPUs); `--phases cold,warm`: cold runs each slot count on an empty compile cache, warm after a push
+filled it; `--installed` runs a --targets repository with what the interpreter has installed instead of its
+[install] requirements (a GPU host without an index), and the versions found are recorded; `--out DIR` writes
+shards.json there.
+
 Run from the repository root as a module: `python -m bench.shards [--models 6] [--suite correctness] [--workers 1,2,4]
-[--targets tests/suites/models_repo]`.
+[--targets tests/suites/models_repo] [--installed] [--device cpu] [--phases warm] [--out DIR]`.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import contextlib
 import dataclasses
+import importlib.metadata
 import json
+import os
+import platform
 import shutil
 import subprocess
 import tempfile
 import time
-import tomllib
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +50,7 @@ from pathlib import Path
 from celery.contrib.testing.worker import start_worker
 
 from bench.base_compare import ROOT, settings_for
+from bench.shard_repos import PATCH, Repository, declared_repository, stand_in_repository
 from service.celery_app import slots_by_queue
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
@@ -53,77 +63,8 @@ from service.store.shards import shards_of
 from service.web.app import create_app
 
 FULL_NAME = "bench/model-zoo"
-# name -> (class in suites/correctness/breadth_models.py, its example inputs)
-MODELS = {
-    "resnet_block": ("ResNetBlock", "(torch.randn(4, 3, 8, 8),)"),
-    "unet_block": ("UNetBlock", "(torch.randn(2, 2, 8, 8),)"),
-    "transformer_kv_cache": ("TransformerWithKVCache",
-                             "(torch.randn(2, 2, 8), torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4))"),
-    "recurrent_cells": ("RecurrentCells", "(torch.randn(2, 3, 3),)"),
-    "mixture_of_experts": ("MixtureOfExperts", "(torch.randn(5, 6) * 2,)"),
-    "graph_convolution": ("GraphConvolution", "(torch.randn(5, 4), torch.tensor([[0, 2, 3, 4, 0, 1, 3, 2, 4], "
-                                              "[1, 1, 1, 0, 2, 3, 2, 0, 3]]))"),
-}
-HEADER = "import math\n\nimport torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n\n"
-PATCH = "from torch._inductor import lowering  # a patch lives here ({})\n"  # the compiler surface: everything runs
-CONFIG_NAMES = (".compile-ci.toml", "compile-ci.toml")
-
-
-def model_modules(count: int) -> dict[str, str]:
-    """zoo/<name>.py for the first `count` models: the class's source and an examples() that declares it."""
-    source = (ROOT / "suites" / "correctness" / "breadth_models.py").read_text()
-    classes = {node.name: ast.get_source_segment(source, node) for node in ast.parse(source).body
-               if isinstance(node, ast.ClassDef)}
-    files = {}
-    for name, (cls, inputs) in list(MODELS.items())[:count]:
-        files[f"zoo/{name}.py"] = (f'"""{cls}: one model of the zoo."""\n\n{HEADER}{classes[cls]}\n\n\n'
-                                   f"def examples():\n    return [({name!r}, {cls}, {inputs})]\n")
-    return files
-
-
-@dataclasses.dataclass(frozen=True)
-class Repository:
-    files: dict[str, str]  # path -> text, committed one by one before the config
-    config: str  # .compile-ci.toml
-    model: str  # the module of one declared target: the first pull request changes it
-    patches: str  # a module holding a compiler patch: the second pull request changes it
-
-
-def stand_in_repository(count: int, suite: str) -> Repository:
-    modules = model_modules(count)
-    specs = ", ".join(f'"zoo.{Path(p).stem}:examples"' for p in modules)
-    config = (f'[suites]\ndevices = ["cpu"]\nrun = ["{suite}"]\nflaky_reruns = 0\n'
-              f"[targets]\nmodels = [{specs}]\n")
-    return Repository({"zoo/__init__.py": "", **modules}, config, next(iter(modules)), "zoo/patches.py")
-
-
-def declared_repository(path: Path, suite: str) -> Repository:
-    """A repository with [targets] (its config named .compile-ci.toml or compile-ci.toml), its [suites] replaced."""
-    config_file = next((path / name for name in CONFIG_NAMES if (path / name).is_file()), None)
-    if config_file is None:
-        raise SystemExit(f"--targets {path}: no {' or '.join(CONFIG_NAMES)} there")
-    config = tomllib.loads(config_file.read_text())
-    config["suites"] = {**config.get("suites", {}), "devices": ["cpu"], "run": [suite], "flaky_reruns": 0}
-    files = {f.relative_to(path).as_posix(): f.read_text() for f in sorted(path.rglob("*"))
-             if f.is_file() and "__pycache__" not in f.parts and f != config_file}
-    specs = [spec for kind in ("models", "fuse") for spec in config.get("targets", {}).get(kind, [])]
-    if not specs:
-        raise SystemExit(f"--targets {path}: its config declares no [targets] models or fuse")
-    stem = specs[0].split(":", 1)[0].replace(".", "/")
-    model = next((m for m in (f"{stem}.py", f"{stem}/__init__.py") if m in files), None)
-    if model is None:
-        raise SystemExit(f"--targets {path}: the module of {specs[0]!r} is not in it")
-    return Repository(files, toml_text(config), model, str(Path(model).parent / "compile_ci_bench_patches.py"))
-
-
-def toml_text(config: dict[str, object]) -> str:
-    """A config's tables of strings, numbers, booleans and lists of them as TOML (JSON's literals are TOML's)."""
-    lines = []
-    for table, values in config.items():
-        if not isinstance(values, dict) or any(isinstance(v, dict) for v in values.values()):
-            raise SystemExit(f"--targets: only tables of plain values are supported, not [{table}] as it is")
-        lines += [f"[{table}]", *(f"{key} = {json.dumps(value)}" for key, value in values.items())]
-    return "\n".join(lines) + "\n"
+# The six suites a model repository runs ("all"); ops and distributed have benches of their own.
+SIX = ("autograd", "correctness", "freezing", "fusion", "layout", "passes")
 
 
 class Zoo:
@@ -136,14 +77,14 @@ class Zoo:
         headers, body = signed("bench-secret", event, payload)
         assert create_app(settings).test_client().post("/webhook", data=body, headers=headers).status_code == 202
 
-    def push(self, settings: Settings, note: str) -> Job:
+    def push(self, settings: Settings, note: str) -> list[Job]:
         sha = commit_file(self.repo, "main", "notes.md", note + "\n", note)
         self.deliver(settings, "push", push_event(
             full_name=FULL_NAME, repo_id=4200, installation_id=INSTALLATION_ID,
             clone_url=f"https://github.com/{FULL_NAME}.git", branch="main", before="0" * 40, after=sha))
         return self.finished(sha)
 
-    def pull_request(self, settings: Settings, path: str, text: str) -> Job:
+    def pull_request(self, settings: Settings, path: str, text: str) -> list[Job]:
         self.number += 1
         base = subprocess.run(["git", "-C", str(self.repo), "rev-parse", "main"], check=True, capture_output=True,
                               text=True).stdout.strip()
@@ -154,59 +95,104 @@ class Zoo:
             head_ref=f"pr{self.number}", base_sha=base))
         return self.finished(sha)
 
-    def finished(self, sha: str) -> Job:
+    def finished(self, sha: str) -> list[Job]:
+        """The run's jobs once every check run of the sha is completed (a pull request's base run, if one was
+        needed, has no check runs: only the head's jobs are returned)."""
         while True:
             runs = [r for r in self.emulator.check_runs(FULL_NAME) if r["head_sha"] == sha]
             if runs and all(r["status"] == "completed" for r in runs):
                 break
             time.sleep(0.5)
         (run,) = self.store.runs_at_sha(FULL_NAME, sha)
-        (job,) = self.store.jobs_of(run.id)
-        return job
+        return sorted(self.store.jobs_of(run.id), key=lambda job: job.suite)
 
 
 @contextlib.contextmanager
-def worker(settings: Settings, shards: int) -> Iterator[Settings]:
+def worker(settings: Settings, shards: int, queue: str) -> Iterator[Settings]:
     """One worker for both queues, with a thread per shard and one for reports: COMPILE_CI_MAX_SHARDS keeps the
     reports' thread out of the split. (Two embedded workers in one process do not survive one of them stopping.)"""
     sized = dataclasses.replace(settings, max_shards=shards)
     app = create_worker_celery(sized, suites_dir=ROOT / "suites")
     with start_worker(app, pool="threads", concurrency=shards + 1, perform_ping_check=False, shutdown_timeout=120,
-                      queues=["cpu", "github"], hostname=f"bench-{uuid.uuid4().hex[:8]}@bench"):
-        while slots_by_queue(app, timeout=2.0).get("cpu", 0) < shards + 1:
+                      queues=[queue, "github"], hostname=f"bench-{uuid.uuid4().hex[:8]}@bench"):
+        while slots_by_queue(app, timeout=2.0).get(queue, 0) < shards + 1:
             time.sleep(0.2)
         yield sized
 
 
-def describe(zoo: Zoo, job: Job) -> str:
+def run_wall(jobs: list[Job]) -> float:
+    """First job's start to last job's end: what a pull request waits for all its suites."""
+    starts = [j.started_at for j in jobs if j.started_at is not None]
+    ends = [j.finished_at for j in jobs if j.finished_at is not None]
+    return (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0
+
+
+def job_figures(zoo: Zoo, job: Job) -> dict[str, object]:
     results = [r for r in zoo.store.results_of(job.id, job.attempt) if not r.not_affected]
-    line = f"job wall {job.duration_s:.1f} s, {len(results)} tests run ({job.title})"
-    shards = shards_of(zoo.store, job.id, job.attempt)
-    for shard in shards:
+    shards = []
+    for shard in shards_of(zoo.store, job.id, job.attempt):
         tests = [r for r in results if r.shard == shard.index]
         busy = sum(r.duration_s for r in tests)
-        line += (f"\n    shard {shard.index + 1}/{len(shards)}: {shard.duration_s:.1f} s, {len(tests)} tests "
-                 f"taking {busy:.1f} s, overhead {shard.duration_s - busy:.1f} s")
-    if not shards:
-        line += f"\n    whole: tests take {sum(r.duration_s for r in results):.1f} s"
-    return line
+        shards.append({"wall_s": shard.duration_s or 0.0, "tests": len(tests), "tests_s": busy,
+                       "overhead_s": (shard.duration_s or 0.0) - busy})
+    return {"suite": job.suite, "conclusion": job.conclusion, "title": job.title, "wall_s": job.duration_s or 0.0,
+            "tests_run": len(results), "tests_s": sum(r.duration_s for r in results), "passed": job.passed,
+            "failed": job.failed, "not_affected": len(zoo.store.results_of(job.id, job.attempt)) - len(results),
+            "shards": shards}
+
+
+def describe(zoo: Zoo, jobs: list[Job]) -> tuple[str, dict[str, object]]:
+    figures = {"wall_s": run_wall(jobs), "jobs": [job_figures(zoo, job) for job in jobs]}
+    line = f"run wall {figures['wall_s']:.1f} s"
+    for job in figures["jobs"]:  # type: ignore[attr-defined]
+        line += (f"\n  {job['suite']}: job wall {job['wall_s']:.1f} s, {job['tests_run']} tests run, "
+                 f"{job['not_affected']} from the base ({job['title']})")
+        for index, shard in enumerate(job["shards"]):
+            line += (f"\n    shard {index + 1}/{len(job['shards'])}: {shard['wall_s']:.1f} s, {shard['tests']} tests "
+                     f"taking {shard['tests_s']:.1f} s, overhead {shard['overhead_s']:.1f} s")
+        if not job["shards"]:
+            line += f"\n    whole: tests take {job['tests_s']:.1f} s"
+    return line, figures
+
+
+def versions() -> dict[str, str]:
+    found = {}
+    for name in ("torch", "torchvision", "timm", "transformers", "triton", "pytest"):
+        try:
+            found[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return found
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--suite", default="correctness")
+    parser.add_argument("--suite", default="correctness", help="a suite, a comma-separated list, or all")
     parser.add_argument("--models", type=int, default=6)
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--targets", type=Path, default=None, metavar="PATH",
                         help="a declared-targets repository instead of the stand-in models (e.g. "
                              "tests/suites/models_repo); --models then does not apply")
+    parser.add_argument("--installed", action="store_true",
+                        help="--targets without its [install] requirements: the interpreter's packages instead")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--phases", default="warm", help="cold, warm or cold,warm")
+    parser.add_argument("--no-pull-requests", action="store_true", help="leave out the two pull requests")
+    parser.add_argument("--out", type=Path, default=None, help="a directory for shards.json")
     args = parser.parse_args()
-    declared = (declared_repository(args.targets, args.suite) if args.targets
-                else stand_in_repository(args.models, args.suite))
+    suites = list(SIX) if args.suite == "all" else args.suite.split(",")
+    declared = (declared_repository(args.targets, suites, args.device, args.installed) if args.targets
+                else stand_in_repository(args.models, suites, args.device))
+    report: dict[str, object] = {"host": {"cpus": os.cpu_count(), "machine": platform.machine(),
+                                          "load_average": os.getloadavg()}, "versions": versions(),
+                                 "suites": suites, "device": args.device, "targets": str(args.targets or "stand-in"),
+                                 "installed": args.installed, "runs": []}
+    print(f"versions: {report['versions']}; suites {', '.join(suites)} on {args.device}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="compile-ci-bench-shards-"))
     port = free_port()
-    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                              "--appendonly", "no", "--dir", str(root)], stdout=subprocess.DEVNULL)
+    redis = subprocess.Popen([os.environ.get("COMPILE_CI_REDIS_SERVER", "redis-server"), "--port", str(port),
+                              "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(root)],
+                             stdout=subprocess.DEVNULL)
     try:
         wait_for_port(port, redis, "redis-server")
         private_key, public_key = app_keypair()
@@ -214,7 +200,7 @@ def main() -> int:
             emulator.add_repo(FULL_NAME)
             emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
             base = settings_for(root, f"redis://127.0.0.1:{port}/0", emulator.url, private_key)
-            settings = dataclasses.replace(base, shard_min_seconds=0)
+            settings = dataclasses.replace(base, shard_min_seconds=0, devices=(args.device,))
             repo = root / "repos" / FULL_NAME
             repo.mkdir(parents=True)
             subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
@@ -223,33 +209,54 @@ def main() -> int:
             commit_file(repo, "main", declared.patches, PATCH.format("v1"), "patches")
             commit_file(repo, "main", ".compile-ci.toml", declared.config, "declare the zoo")
             zoo = Zoo(settings, emulator, repo)
-            with worker(settings, 1) as one:
-                warm = zoo.push(one, "warm-up")
-            print(f"warm-up push (fills the compile cache, records durations): {describe(zoo, warm)}", flush=True)
-            walls = {}
-            for workers in (int(w) for w in args.workers.split(",")):
-                with worker(settings, workers) as sized:
-                    job = zoo.push(sized, f"on {workers} workers")
-                walls[workers] = job.duration_s or 0.0
-                print(f"{workers} cpu worker(s), {job.shards} shard(s): {describe(zoo, job)}", flush=True)
-            first = next(iter(walls.values()))
-            print("speed-up: " + ", ".join(f"{w} workers {first / wall:.2f}x" for w, wall in walls.items()))
-            with worker(settings, 1) as one:
-                name = declared.model
-                model = zoo.pull_request(one, name, declared.files[name] + "\n# a comment\n")
-                print(f"pull request changing {name} (1 worker): {describe(zoo, model)}", flush=True)
-                patch = zoo.pull_request(one, declared.patches, PATCH.format("v2"))
-                print(f"pull request changing {declared.patches} (1 worker): {describe(zoo, patch)}", flush=True)
-            left = len([r for r in zoo.store.results_of(model.id, model.attempt) if r.not_affected])
-            ratio = (model.duration_s or 0) / (patch.duration_s or 1)
-            print(f"affected targets only: {model.duration_s:.1f} s against {patch.duration_s:.1f} s "
-                  f"({ratio:.2f}x; {left} tests took the base's result)")
+            measure(args, zoo, settings, declared, report)
             assert emulator.errors == [], emulator.errors
-        return 0
     finally:
         redis.terminate()
         redis.wait(timeout=10)
         shutil.rmtree(root, ignore_errors=True)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "shards.json").write_text(json.dumps(report, indent=2, default=str))
+        print(f"wrote {args.out / 'shards.json'}")
+    return 0
+
+
+def measure(args: argparse.Namespace, zoo: Zoo, settings: Settings, declared: Repository,
+            report: dict[str, object]) -> None:
+    runs: list[dict[str, object]] = report["runs"]  # type: ignore[assignment]
+
+    def record(kind: str, workers: int, jobs: list[Job]) -> float:
+        line, figures = describe(zoo, jobs)
+        runs.append({"kind": kind, "workers": workers, **figures})
+        print(f"{kind}, {workers} {args.device} worker slot(s): {line}", flush=True)
+        return float(figures["wall_s"])  # type: ignore[arg-type]
+
+    slots = [int(w) for w in args.workers.split(",")]
+    for phase in args.phases.split(","):
+        if phase == "warm":
+            with worker(settings, 1, args.device) as one:
+                record("warm-up push (fills the compile cache, records durations)", 1, zoo.push(one, "warm-up"))
+        walls = {}
+        for count in slots:
+            if phase == "cold":  # every slot count starts from an empty compile cache
+                shutil.rmtree(settings.cache_dir, ignore_errors=True)
+            with worker(settings, count, args.device) as sized:
+                walls[count] = record(f"push, {phase}", count, zoo.push(sized, f"{phase} on {count} workers"))
+        first = walls[slots[0]]
+        ratios = {count: wall / first for count, wall in walls.items()}
+        report[f"{phase} ratio to {slots[0]} slot(s)"] = ratios
+        print(f"{phase}: " + ", ".join(f"{c} slots {walls[c]:.1f} s ({r:.2f} x)" for c, r in ratios.items()),
+              flush=True)
+    if args.no_pull_requests:
+        return
+    with worker(settings, slots[-1], args.device) as sized:  # as many slots as the last push had
+        name = declared.model
+        model = record(f"pull request changing {name}", slots[-1],
+                       zoo.pull_request(sized, name, declared.files[name] + "\n# a comment\n"))
+        patch = record(f"pull request changing {declared.patches}", slots[-1],
+                       zoo.pull_request(sized, declared.patches, PATCH.format("v2")))
+    print(f"affected targets only: {model:.1f} s against {patch:.1f} s ({model / (patch or 1):.2f}x)", flush=True)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,9 @@ can write a cache runs code in every later job that reads it. Hence:
   trusted cache through a throwaway layer of its own (an overlay or a copy) that is deleted when the job ends and
   never merged back, so no pull request can change what a later base run or the default branch is served.
 
-Layout under `<data_dir>/cache/<runner cache_key>/<repository id>/`:
-    trusted/            inductor/, triton/: written by trusted jobs only
-    layers/<job>/       one untrusted job's layer (upper/ + work/ for an overlay, or copy/), gone after the job
-    .lock               flock: layer setup, copies and eviction of one repository never interleave
+Layout under `<data_dir>/cache/<runner cache_key>/<repository id>/` (and every host's, in runners/shared_cache.py):
+    trusted/ (inductor/, triton/: written by trusted jobs only) · layers/<job>/ (one untrusted job's layer: upper/ +
+    work/ for an overlay, or copy/; gone after the job) · .lock (flock: setups, copies and evictions never interleave)
 """
 
 from __future__ import annotations
@@ -29,6 +28,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from runners import shared_cache
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ class CacheScope:
     trust: str  # TRUSTED | UNTRUSTED
     pr: int | None = None
     cap_mb: int = DEFAULT_CAP_MB
+    shared: Path | None = None  # COMPILE_CI_SHARED_CACHE_DIR: where every host reads trusted caches (shared_cache.py)
 
     def __post_init__(self) -> None:
         if not _SAFE_NAME.fullmatch(self.repo):
@@ -149,11 +151,6 @@ class RepoCache:
                         ", ".join(m.name for m in stale))
         return [m.name for m in stale]
 
-    def evict(self, cap_mb: int) -> int:
-        """Bring trusted/ under cap_mb, least recently used files first; returns the bytes removed."""
-        with self.locked():
-            return evict_lru(self.trusted_dir, cap_mb * 1024 * 1024)
-
 
 @dataclass(frozen=True)
 class JobCache:
@@ -165,11 +162,12 @@ class JobCache:
     directory: Path | None  # what the job reads and writes (a bind mount), or None for an overlay
     layer: Path | None = None  # an untrusted job's throwaway layer
     overlay_options: str = ""  # lowerdir=trusted,upperdir=...,workdir=... for the engine to mount
+    shared: Path | None = None  # the repository's shared cache, which a trusted job's clean end publishes to
 
     def close(self, clean: bool = True) -> None:
         """An untrusted job's layer is never merged back: it goes. A trusted job's writes stay, under the cap, when
-        it ended cleanly (it exited by itself); killed at its limit, cancelled or out of memory, it may have left a
-        half-written module or object, so the repository's cache is dropped (the next job starts cold, not broken)."""
+        it ended cleanly (exited by itself); killed, cancelled or out of memory, it may have left a half-written
+        module or object, so the repository's cache is dropped (the next job starts cold, not broken)."""
         if self.layer is not None:
             shutil.rmtree(self.layer, ignore_errors=True)
             return
@@ -179,7 +177,10 @@ class JobCache:
                     shutil.rmtree(self.repo.trusted_dir, ignore_errors=True)
                     self.repo.trusted_dir.mkdir(parents=True, exist_ok=True)
                 self.repo.writing_marker(self.job_id).unlink(missing_ok=True)
-            self.repo.evict(self.scope.cap_mb)
+                evict_lru(self.repo.trusted_dir, self.scope.cap_mb * 1024 * 1024)
+                # Published by the last trusted writer, under the lock: no half-written file of another reaches a host.
+                if clean and self.shared is not None and not any((self.repo.base / "writing").glob("*")):
+                    shared_cache.publish(self.repo.trusted_dir, self.shared, self.scope.cap_mb * 1024 * 1024)
         except OSError:
             # The job's result stands; the next trusted job of the repository tries again.
             log.warning("compile cache %s: eviction failed", self.repo.base, exc_info=True)
@@ -191,14 +192,17 @@ def open_job_cache(scope: CacheScope, runner_key: str, job_id: str, layer_kind: 
     trusted cache; uid, when given, is the job's user, handed the directories it may write. `active(job, holder)`:
     whether another trusted job that marked itself writing (with `holder`, see begin_writing) still runs."""
     repo = RepoCache.of(scope, runner_key)
+    shared = scope.shared / runner_key / scope.repo if scope.shared is not None else None
     with repo.locked():
         repo.trusted_dir.mkdir(parents=True, exist_ok=True)
         repo.discard_unfinished(active)
+        if shared is not None:  # what other hosts' trusted jobs published since this host last looked
+            shared_cache.pull(repo.base, repo.trusted_dir, shared, uid)
         if scope.trusted:
             repo.begin_writing(job_id, f"{socket.gethostname()}:{os.getpid()}")
     if scope.trusted:
         hand_to(repo.trusted_dir, uid)
-        return JobCache(repo, scope, job_id, repo.trusted_dir)
+        return JobCache(repo, scope, job_id, repo.trusted_dir, shared=shared)
     if layer_kind == "overlay" and any(c in str(repo.base) for c in ",:"):
         # Overlay options are comma and colon separated: such a path would mount other directories.
         raise CacheScopeError(f"an overlay cannot be mounted under a path holding ',' or ':': {repo.base}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import pwd
+import re
 import shutil
 import signal
 import subprocess
@@ -25,13 +27,16 @@ from runners.outbox import (
     publish_progress,
 )
 from runners.protocol import RunResult, RunSpec, ShouldCancel, map_paths
-from runners.toolchain import linker_env, vec_isa_env
+from runners.toolchain import linker_env, source_keys_env, vec_isa_env
 from runners.untrusted_files import read_bounded, usage
 
 # The worker's environment holds the webhook secret and the App's private key; the job gets none
 # of it, only what a test process needs to find its toolchain and GPU.
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME")
 KILL_GRACE_S = 5.0
+PUMP_DRAIN_S = 60.0
+# The job's user name as inductor spells it in its default cache directory (getpass, sanitised as inductor does).
+_USER = re.sub(r'[\\/:*?"<>|]', "_", pwd.getpwuid(os.getuid()).pw_name)
 
 
 def private_dir(output_dir: Path) -> Path:
@@ -79,9 +84,11 @@ class LocalRunner:
         scratch.mkdir()
         paths = [(str(spec.output_dir), str(job_out))]
         env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
-        env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"})
         env.update(linker_env(in_image=False))
+        # Checked once per worker process (the first job waits), before the job's own HOME and TMPDIR.
         env.update(vec_isa_env(self.python, env))
+        env.update(source_keys_env(self.python, env))
+        env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"})
         env.update({key: map_paths(value, paths) for key, value in spec.env.items()})
         env.update(gpu_job_env(spec.device))
         visible = visible_devices(spec.device, self.gpus)
@@ -97,7 +104,12 @@ class LocalRunner:
                                        lambda _job, holder: process_alive(holder))
                 assert cache.directory is not None
                 env.update({"TORCHINDUCTOR_CACHE_DIR": str(cache.directory / "inductor"),
-                            "TRITON_CACHE_DIR": str(cache.directory / "triton")})
+                            "TRITON_CACHE_DIR": str(cache.directory / "triton"), "USER": _USER})
+                # Inductor keeps its precompiled headers (and its newer caches) in $TMPDIR/torchinductor_<user>
+                # whatever TORCHINDUCTOR_CACHE_DIR says; the job's TMPDIR is thrown away after it, so without this
+                # link every job rebuilt cpp_prefix.h's header (about 20 s of its first compile), as the
+                # DockerRunner's mount at /tmp/torchinductor_runner avoids (runners/docker_container.py).
+                (scratch / f"torchinductor_{_USER}").symlink_to(cache.directory, target_is_directory=True)
             with LogSink(spec.log_path, spec.log_mb << 20) as log:
                 try:
                     proc = subprocess.Popen(
@@ -114,7 +126,9 @@ class LocalRunner:
                     outcome = _wait(proc, spec, should_cancel, job_out, LayerWatch(cache))
                 finally:
                     _kill_group(proc)
-                    pump.join(timeout=KILL_GRACE_S)
+                    # The job is gone: what it printed is in the pipe until EOF. A loaded host may not schedule
+                    # this thread for seconds, so wait long enough (a log cut short loses pytest's summary).
+                    pump.join(timeout=PUMP_DRAIN_S)
                     proc.stdout.close()
         except (OSError, subprocess.CalledProcessError, ValueError) as exc:
             return RunResult(None, time.monotonic() - start, infra_error=f"the job's compile cache failed: {exc}")

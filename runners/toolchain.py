@@ -13,6 +13,8 @@ COMPILE_CI_LINKER=system (in the worker's environment) keeps g++'s default linke
 The vector-ISA probe (runners/isa_check.py says what it costs and why checking it once is exact) is checked when a
 runner image is built, whose Dockerfile then sets TORCHINDUCTOR_VEC_ISA_OK=1; for the LocalRunner, once per worker
 process and interpreter, before its first job: only a passed check lets that runner's jobs skip the probe.
+Likewise inductor's source keys (suites/source_keys.py): an image's build computes them, the LocalRunner's worker
+once per interpreter.
 """
 
 from __future__ import annotations
@@ -69,3 +71,31 @@ def _isa_check(python: str, env: Mapping[str, str]) -> bool:
         log.warning("vector-ISA check failed (exit %s): jobs keep inductor's own probe: %s", done.returncode,
                     (done.stdout + done.stderr)[-2000:])
     return done.returncode == 0
+
+
+_source_keys: dict[str, str] = {}
+
+
+def source_keys_env(python: str, env: Mapping[str, str]) -> dict[str, str]:
+    """A LocalRunner job's COMPILE_CI_SOURCE_KEYS: inductor's source keys computed by `python` once per worker
+    process (suites/source_keys.py says why and when a job uses them), as an image's build does for its jobs. Kept in
+    memory, like the ISA verdict: a value on disk would be something an earlier job could have written."""
+    with _isa_lock:
+        if python not in _source_keys:
+            _source_keys[python] = _compute_source_keys(python, env)
+    return {"COMPILE_CI_SOURCE_KEYS": _source_keys[python]} if _source_keys[python] else {}
+
+
+def _compute_source_keys(python: str, env: Mapping[str, str]) -> str:
+    try:
+        done = subprocess.run([python, "-m", "suites.source_keys"], env=dict(env), capture_output=True, text=True,
+                              timeout=ISA_CHECK_TIMEOUT_S, cwd=Path(__file__).resolve().parent.parent)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("inductor's source keys could not be computed (%s): jobs compute their own", exc)
+        return ""
+    if done.returncode != 0:
+        log.warning("inductor's source keys could not be computed (exit %s): jobs compute their own: %s",
+                    done.returncode, done.stderr[-2000:])
+        return ""
+    return done.stdout.strip()
+

@@ -6,7 +6,14 @@ source scripts/setup.sh || exit 1
 bash scripts/next-torch.sh || exit 1
 set +e
 .venv/bin/ruff check service runners suites tests bench || exit 1
-.venv/bin/python -m pytest "$@"
+# Two pytest-xdist workers, each file on one of them; files that use the Docker engine take turns (tests/conftest.py
+# DOCKER_FILES). COMPILE_CI_TEST_WORKERS=0 runs everything in one process.
+workers="${COMPILE_CI_TEST_WORKERS:-2}"
+if [ "$workers" = 0 ]; then
+  .venv/bin/python -m pytest "$@"
+else
+  .venv/bin/python -m pytest -n "$workers" --dist loadfile "$@"
+fi
 rc=$?
 if [ $rc -eq 5 ]; then
   echo "test.sh: pytest collected no tests — that is a failure" >&2

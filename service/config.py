@@ -20,7 +20,6 @@ RUNNERS = ("auto", "docker", "local")
 
 class Secret:
     """A string that never shows itself in repr, str, logs or tracebacks."""
-
     __slots__ = ("_value",)
 
     def __init__(self, value: str) -> None:
@@ -65,8 +64,9 @@ class Settings:
     data_dir: Path = Path("var")
     database_url: str = ""
     artifacts_dir: Path = Path("var/artifacts")
-    # Compile caches (inductor, triton) by cache key; a volume of their own where workers share them across hosts.
+    # Compile caches by cache key, this host's; shared_cache_dir: trusted ones where all hosts read (shared_cache.py).
     cache_dir: Path = Path("var/cache")
+    shared_cache_dir: Path | None = None
     public_url: str = "http://127.0.0.1:8000"
     # Where workers fetch repositories from; "{full_name}" is substituted. Empty means the
     # clone_url GitHub sends, authenticated with the installation token.
@@ -261,6 +261,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         database_url=database_url,
         artifacts_dir=Path(_get(env, "ARTIFACTS_DIR") or data_dir / "artifacts").absolute(),
         cache_dir=Path(_get(env, "CACHE_DIR") or data_dir / "cache").absolute(),
+        shared_cache_dir=Path(_get(env, "SHARED_CACHE_DIR")).absolute() if _get(env, "SHARED_CACHE_DIR") else None,
         public_url=_url(env, "PUBLIC_URL", "http://127.0.0.1:8000", ("http", "https"), problems),
         clone_url_template=template,
         devices=devices,

@@ -248,8 +248,12 @@ def _wrap_compile_fx(module: types.ModuleType) -> None:
     module.compile_fx = compile_fx
 
 
-def _after_import(name: str, callback: Callable[[types.ModuleType], None]) -> None:
+def after_import(name: str, callback: Callable[[types.ModuleType], None]) -> None:
     """Run `callback(module)` once `name` has been imported (now, if it already is)."""
+    _after_import(name, callback)
+
+
+def _after_import(name: str, callback: Callable[[types.ModuleType], None]) -> None:
     if name in sys.modules:
         callback(sys.modules[name])
         return

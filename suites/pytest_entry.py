@@ -6,6 +6,14 @@ the command line's own, so before `-p suites.plugin`) and the `pytest11` entry p
 distribution (the repository's editable install, its dependencies). A patch of inductor made there would be taken
 for torch's own. Here nothing of the repository has run yet but what the interpreter itself runs at its start
 (`.pth` files, `sitecustomize`).
+
+Two parts of every job's fixed cost are cut here too (docs/benchmarks.md, "a job's fixed cost"): inductor's
+source keys come precomputed (suites/source_keys.py), and the process ends without tearing down its heap. Once
+pytest has returned (its JUnit XML, the plugin's files and the summary written), the interpreter's finalization
+frees every module and object of torch one by one: 1.2-1.3 s of a one-test job on the 2-core host, for nothing a
+job keeps. What a normal exit does that anyone could notice still happens, in its order: the job's non-daemon
+threads are waited for, the atexit handlers run (logging's flush, inductor's compile workers' shutdown), and the
+standard streams are flushed; then `os._exit` with pytest's status.
 """
 
 from __future__ import annotations
@@ -15,13 +23,39 @@ import sys
 
 
 def main() -> int:
-    if os.environ.get("COMPILE_CI_OUTPUT_DIR"):  # in a job (suites/plugin.py's OUTPUT_ENV)
-        from suites import compiler_surface
+    in_job = bool(os.environ.get("COMPILE_CI_OUTPUT_DIR"))  # suites/plugin.py's OUTPUT_ENV
+    if in_job:
+        from suites import compiler_surface, source_keys
 
         compiler_surface.install()
+        keys = source_keys.load()
+        if keys is not None:
+            compiler_surface.after_import("torch._inductor.codecache",
+                                          lambda codecache: source_keys.apply(keys, codecache))
     import pytest
 
-    return pytest.console_main()
+    status = int(pytest.main())  # pytest's console script, without console_main (deprecated in pytest 9.2)
+    if in_job:
+        exit_now(status)
+    return status
+
+
+def exit_now(status: int) -> None:
+    """A normal exit's visible effects (threads joined, atexit handlers, flushed streams), without finalization."""
+    import atexit
+    import threading
+
+    # What the interpreter's own exit calls first: the threading module's exit hooks (a ThreadPoolExecutor's idle
+    # workers are told to stop there: joined without it, they wait for work forever), then every non-daemon thread
+    # joined.
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass  # a closed or broken pipe: nothing more can reach it
+    os._exit(status)
 
 
 if __name__ == "__main__":

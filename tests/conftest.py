@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -37,7 +38,16 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     proc.wait(timeout=10)
 
 
-_db_counter = iter(range(1, 16))
+def _worker_index() -> int:
+    """Which pytest-xdist worker this process is (0 without xdist): scripts/test.sh runs two."""
+    return int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+
+
+# Redis has 16 databases: each xdist worker takes its own (worker 0: 1-7, worker 1: 8-14, a third: 15), so two
+# workers sharing CI's Redis never flush each other's.
+_FIRST_DB = 1 + 7 * min(_worker_index(), 2)
+_LAST_DB = min(_FIRST_DB + 6, 15)
+_db_counter = iter(range(_FIRST_DB, _LAST_DB + 1))
 
 
 @pytest.fixture
@@ -45,7 +55,7 @@ def redis_url(redis_server: str) -> Iterator[str]:
     """A clean Redis database for one test."""
     import redis
 
-    url = f"{redis_server}/{next(_db_counter, 15)}"
+    url = f"{redis_server}/{next(_db_counter, _LAST_DB)}"
     client = redis.Redis.from_url(url)
     client.flushdb()
     yield url
@@ -112,8 +122,51 @@ HEAVY = (
     "tests/suites/test_planted_breadth.py::test_planted_bug_is_caught[xor_as_or]",
     "tests/suites/test_planted_breadth.py::test_planted_bug_is_caught[random_ops_share_seed]",
     "tests/runners/test_compile_cache.py::test_a_trusted_job_killed_mid_write_leaves_nothing_half_written[local]",
+    "tests/runners/test_job_startup.py::test_local_jobs_keep_inductors_precompiled_header_in_their_cache",
 )
 _LEFT_OUT: list[str] = []
+
+
+# With `-n 2 --dist loadfile` (scripts/test.sh) each file's tests stay on one worker (its module fixtures are set up
+# once). A file with a test that uses the Docker engine, the shared runner image tag or its job containers (named
+# from job ids that tests repeat) holds a lock shared by the workers while it runs (`_one_docker_file_at_a_time`), so
+# no two such files run at once. (pytest-xdist's `loadgroup` would group them, but its marks do nothing on pytest 9.2:
+# it renames `item._nodeid`, which pytest 9.2 no longer reads.)
+DOCKER_FILES = ("tests/e2e/", "tests/integration/test_cache_verdicts.py", "tests/integration/test_install.py",
+                "tests/integration/test_output_attacks.py", "tests/runners/test_docker_runner.py",
+                "tests/runners/test_runner_image.py", "tests/runners/test_gpu_selection.py",
+                "tests/unit/test_torch_matrix.py")
+
+
+_DOCKER_MODULES: set[str] = set()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_docker_file_at_a_time(request: pytest.FixtureRequest,
+                               tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Autouse and module-scoped, so it is set up before the module's own fixtures (the e2e stack) and held until
+    they are torn down. Without xdist there is one process and the lock is always free."""
+    if str(request.path) not in _DOCKER_MODULES:
+        yield
+        return
+    import fcntl
+
+    # Every xdist worker's base temp is <run's root>/popen-gwN: the lock lives in the run's root, shared by all.
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if root.name.startswith("popen-gw") else root
+    with open(root / "docker-tests.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def uses_docker(item: Any) -> bool:
+    names = set(getattr(item, "fixturenames", ()))
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return (item.nodeid.startswith(DOCKER_FILES) or bool(names & {"docker_client", "docker_runner"})
+            or params.get("runner") == "docker")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -121,12 +174,25 @@ def pytest_collection_modifyitems(items: list[Any]) -> None:
     for item in items:
         if item.nodeid.startswith(HEAVY):
             item.add_marker(pytest.mark.heavy)
+        if uses_docker(item):
+            _DOCKER_MODULES.add(str(item.path))
     # The slow end-to-end tests run last, so a quick failure elsewhere shows first.
     items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
 
 
 def pytest_deselected(items: list[Any]) -> None:
     _LEFT_OUT.extend(item.nodeid for item in items if item.get_closest_marker("heavy"))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # An xdist worker collects and deselects; the controller prints the summary: hand it the list.
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["heavy_left_out"] = json.dumps(sorted(set(_LEFT_OUT)))
+
+
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    left_out = json.loads(getattr(node, "workeroutput", {}).get("heavy_left_out", "[]"))
+    _LEFT_OUT.extend(nodeid for nodeid in left_out if nodeid not in _LEFT_OUT)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -160,7 +160,7 @@ def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: 
         command = [*pytest, str(ctx.suites_dir / job.suite)]
     # The runner resolves it to this repository's cache, writable only by trusted runs (runners/compile_cache.py).
     cache = CacheScope(ctx.settings.cache_dir, str(run.repo_id), trust_class(run.trigger),
-                       run.pr_number, ctx.settings.cache_cap_mb)
+                       run.pr_number, ctx.settings.cache_cap_mb, ctx.settings.shared_cache_dir)
     env = {
         "COMPILE_CI_DEVICE": job.device,
         "COMPILE_CI_CHECKOUT": str(checkout),

@@ -15,7 +15,10 @@ from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.main import CHECK_RUNS, FULL_NAME, open_sample_pull_requests, wait_for_check_runs
 from service.devkit.sandbox.stack import Stack
 
-pytestmark = pytest.mark.e2e
+# The module's flow (its fixture) runs inside its first test: 201 s on a quiet host, 582 s with one core busy
+# elsewhere, so its limit is more than twice the slower (pyproject's 600 s per test once failed every e2e test).
+FLOW_S = 1500
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(FLOW_S + 300)]
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +28,7 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, 
         repo, _pulls = open_sample_pull_requests(stack)
         # The jobs' own words: a run judged before its base finished says so, and is not waited for (the base run
         # is a full correctness job; the sandbox command itself waits for it).
-        runs = wait_for_check_runs(stack, CHECK_RUNS, timeout_s=900, final=False)
+        runs = wait_for_check_runs(stack, CHECK_RUNS, timeout_s=FLOW_S, final=False)
         by_key = {(r["head_sha"], r["name"]): r for r in runs}
         yield stack, {"good": by_key[(repo.good_sha, "correctness (cpu)")],
                       "buggy": by_key[(repo.buggy_sha, "correctness (cpu)")],

@@ -77,7 +77,7 @@ def head_of(repo: Path, branch: str = "main") -> str:
 
 
 def await_check_run(emulator: GitHubEmulator, sha: str, until: Callable[[dict[str, Any]], bool],
-                    timeout_s: float = 120) -> dict[str, Any]:
+                    timeout_s: float = 300) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
         runs = [r for r in emulator.check_runs(FULL_NAME) if r["head_sha"] == sha]
@@ -96,7 +96,7 @@ def comments_on(emulator: GitHubEmulator, number: int) -> list[dict[str, Any]]:
 
 
 def await_comment(emulator: GitHubEmulator, number: int, until: Callable[[dict[str, Any]], bool],
-                  timeout_s: float = 30) -> list[dict[str, Any]]:
+                  timeout_s: float = 120) -> list[dict[str, Any]]:
     """The comment follows the check run's report in the same task: wait for it, then return every comment."""
     deadline = time.monotonic() + timeout_s
     while not any(until(c) for c in comments_on(emulator, number)) and time.monotonic() < deadline:

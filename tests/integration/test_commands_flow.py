@@ -104,7 +104,7 @@ def comment(settings: Settings, number: int, body: str, commenter: str, comment_
         pr_association=pr_association, **REPO))
 
 
-def wait_for(what: Callable[[], T | None], timeout_s: float = 60) -> T:
+def wait_for(what: Callable[[], T | None], timeout_s: float = 300) -> T:
     """Poll the fake GitHub until it shows what the test waits for."""
     deadline = time.monotonic() + timeout_s
     while (value := what()) in (None, False, []):

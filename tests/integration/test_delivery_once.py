@@ -67,7 +67,7 @@ def _post(url: str, headers: dict[str, str], body: bytes) -> int:
         conn.close()
 
 
-def _wait_for(condition: object, what: str, timeout_s: float = 30) -> None:
+def _wait_for(condition: object, what: str, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():  # type: ignore[operator]
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

@@ -122,7 +122,7 @@ def results(settings: Settings, check_run: dict[str, Any]) -> dict[str, tuple[st
                                                                                                          job.attempt)}
 
 
-def finished(emulator: GitHubEmulator, sha: str, timeout_s: float = 120) -> dict[str, Any]:
+def finished(emulator: GitHubEmulator, sha: str, timeout_s: float = 300) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
         runs = [r for r in emulator.check_runs(FULL_NAME) if r["head_sha"] == sha]

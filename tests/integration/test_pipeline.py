@@ -79,7 +79,7 @@ def open_pr(settings: Settings, number: int, sha: str, branch: str) -> None:
     assert response.status_code == 202, response.json
 
 
-def await_check_runs(emulator: GitHubEmulator, sha: str, count: int, timeout_s: float = 90) -> list[dict[str, Any]]:
+def await_check_runs(emulator: GitHubEmulator, sha: str, count: int, timeout_s: float = 300) -> list[dict[str, Any]]:
     def done(runs: list[dict[str, Any]]) -> bool:
         return len(runs) >= count and all(r["status"] == "completed" for r in runs)
 

@@ -104,7 +104,7 @@ def push(settings: Settings, full_name: str, repo_id: int, sha: str) -> None:
     assert create_app(settings).test_client().post("/webhook", data=body, headers=headers).status_code == 202
 
 
-def completed_check_run(emulator: GitHubEmulator, full_name: str, timeout_s: float = 120) -> dict[str, Any]:
+def completed_check_run(emulator: GitHubEmulator, full_name: str, timeout_s: float = 300) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
         runs = emulator.check_runs(full_name)
@@ -250,7 +250,7 @@ def worker_env(settings: Settings, suites: Path) -> dict[str, str]:
             "COMPILE_CI_MAX_SHARDS": "4", "COMPILE_CI_SHARD_MIN_SECONDS": "0"}
 
 
-def until(condition: Any, what: str, timeout_s: float = 120) -> None:
+def until(condition: Any, what: str, timeout_s: float = 300) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, f"never happened: {what}"

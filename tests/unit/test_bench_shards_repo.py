@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.shards import declared_repository, stand_in_repository
+from bench.shard_repos import declared_repository, stand_in_repository
 from service.jobs.planning import builtin_suites
 from service.repo_config import RepoConfig, parse_repo_config
 
@@ -20,7 +20,7 @@ def _parsed(text: str) -> RepoConfig:
 
 
 def test_the_real_model_repository_keeps_its_install_and_targets_and_runs_the_benchs_suite() -> None:
-    repo = declared_repository(ROOT / "tests" / "suites" / "models_repo", "autograd")
+    repo = declared_repository(ROOT / "tests" / "suites" / "models_repo", ["autograd"], "cpu", installed=False)
     config = _parsed(repo.config)
     assert (config.suites, config.devices, config.flaky_reruns) == (("autograd",), ("cpu",), 0)
     assert config.requirements == ("torchvision==0.28.0", "timm==1.0.31", "transformers==5.17.0")
@@ -32,7 +32,18 @@ def test_the_real_model_repository_keeps_its_install_and_targets_and_runs_the_be
 
 
 def test_the_stand_in_zoo_declares_one_module_per_model() -> None:
-    repo = stand_in_repository(2, "correctness")
+    repo = stand_in_repository(2, ["correctness", "freezing"], "cuda")
     config = _parsed(repo.config)
+    assert (config.suites, config.devices) == (("correctness", "freezing"), ("cuda",))
     assert config.targets == {"models": ["zoo.resnet_block:examples", "zoo.unet_block:examples"]}
     assert (repo.model, repo.patches) == ("zoo/resnet_block.py", "zoo/patches.py")
+
+
+def test_installed_runs_the_sample_with_the_interpreters_packages() -> None:
+    """A GPU host has no index: the sample's requirements go, the rest of its [install] (package = false) stays."""
+    repo = declared_repository(ROOT / "tests" / "suites" / "models_repo", ["correctness", "layout"], "cuda",
+                               installed=True)
+    config = _parsed(repo.config)
+    assert (config.suites, config.devices, config.requirements) == (("correctness", "layout"), ("cuda",), ())
+    assert not config.install_package
+    assert config.targets == {"models": ["realzoo.models:examples"], "fuse": ["realzoo.fused:examples"]}
