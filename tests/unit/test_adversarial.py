@@ -48,7 +48,6 @@ def test_offset_inputs_have_mean_1e4_and_a_spread_of_about_ten_ulps() -> None:
     (x,) = _variant("offset").apply((torch.randn(200),))
     assert x.double().mean().item() == pytest.approx(1e4, abs=1e-3)
     assert x.double().std().item() == pytest.approx(1e-2, rel=0.1)
-    assert _variant("offset").resolution == pytest.approx(0.119, rel=1e-2)
 
 
 def test_nonfinite_goes_into_the_first_floating_input_only() -> None:
@@ -77,7 +76,7 @@ def test_eager_failures_are_named(eager: torch.Tensor, reference: torch.Tensor, 
 
 def test_a_flushed_denormal_fails_where_the_absolute_floor_would_pass() -> None:
     verdict = adversarial.judge(torch.zeros(6), TINY, TINY.double())
-    assert len(verdict.problems) == 1 and "RMSE" in verdict.problems[0]
+    assert len(verdict.problems) == 1 and "6 of 6 elements differ" in verdict.problems[0], verdict.problems
     assert adversarial.judge(TINY.clone(), TINY, TINY.double()) == adversarial.Verdict([], [])
 
 
