@@ -1,8 +1,8 @@
 """Planted bugs that are right at typical magnitudes and wrong only at small ones (issue 39): what the suites' RMSE
 rule and the sweep's ``atol = 1e-5`` let through, each installed as a compiler fork installs its changes (entries of
 inductor's lowering and decomposition tables replaced at run time). Load one with ``-p
-tests.suites.planted.small_values`` and ``COMPILE_CI_TEST_PLANT=<name>``; the compile caches stay on (the job's
-compiler surface fingerprint sees the replaced entries and keys the caches apart).
+tests.suites.planted.small_values`` and ``COMPILE_CI_TEST_PLANT=<name>``; the graph caches are off, so no graph
+compiled under another plant (or none) stands in for this one's.
 
 | name | entry | wrong only where |
 |---|---|---|
@@ -20,6 +20,8 @@ import os
 from typing import Any
 
 import pytest
+
+from . import disable_compile_caches
 
 PLANT_ENV = "COMPILE_CI_TEST_PLANT"
 
@@ -60,6 +62,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from torch._inductor import decomposition
     from torch._inductor.lowering import lowerings
 
+    disable_compile_caches()  # a graph cached under another plant (or none) must not stand in for this one's
     plant = os.environ.get(PLANT_ENV, "")
     aten = torch.ops.aten
     if plant == "log1p_by_log":
