@@ -115,7 +115,7 @@ HEAVY = (
     # issue 39: the fused chains catch tanh's plant and pass the faithful rewrite in CI; these add the other plants
     # there, the sweep and the fragile layers
     "tests/suites/test_planted_small_values.py::test_the_fused_chains_catch_the_plants_on_their_ops_and_pass_the_faithful_rewrite[log1p_by_log]",
-    "tests/suites/test_planted_small_values.py::test_the_fused_chains_catch_the_plants_on_their_ops_and_pass_the_faithful_rewrite[gelu_flush]",
+    "tests/suites/test_planted_small_values.py::test_the_fused_chains_catch_the_plants_on_their_ops_and_pass_the_faithful_rewrite[silu_flush]",
     "tests/suites/test_planted_small_values.py::test_the_sweep_catches_each_plant_at_its_op_and_names_the_small_input",
     "tests/suites/test_planted_small_values.py::test_the_fragile_layers_catch_the_plants_only_where_values_are_small",
 )

@@ -7,7 +7,7 @@ compiled under another plant (or none) stands in for this one's.
 | name | entry | wrong only where |
 |---|---|---|
 | ``log1p_by_log`` | lowering ``aten.log1p`` | log(1 + x): 1 + x rounds away a small x's digits (it cancels) |
-| ``gelu_flush`` | decomposition ``aten.gelu`` | results below 1e-6 in magnitude come back 0 (a flush) |
+| ``silu_flush`` | decomposition ``aten.silu`` | results below 1e-6 come back 0 (a flush below a threshold) |
 | ``tanh_offset`` | lowering ``aten.tanh`` | every result 1e-6 too large (a constant absolute error) |
 
 Each is within 1e-5 of the true value everywhere: at magnitude 1, log(1 + x) is off by a unit in the last place,
@@ -33,16 +33,16 @@ def _log1p_by_log(lowerings: dict[Any, Any], aten: Any) -> None:
     lowerings[aten.log1p.default] = log_of_one_plus
 
 
-def _gelu_flush(decompositions: dict[Any, Any], aten: Any) -> None:
+def _silu_flush(decompositions: dict[Any, Any], aten: Any) -> None:
     import torch
 
-    stock = decompositions[aten.gelu.default]
+    stock = decompositions[aten.silu.default]
 
-    def gelu_flushing_small_results(x: Any, approximate: str = "none") -> Any:
-        result = stock(x, approximate=approximate)
+    def silu_flushing_small_results(x: Any) -> Any:
+        result = stock(x)
         return torch.where(result.abs() < 1e-6, torch.zeros_like(result), result)
 
-    decompositions[aten.gelu.default] = gelu_flushing_small_results
+    decompositions[aten.silu.default] = silu_flushing_small_results
 
 
 def _tanh_offset(lowerings: dict[Any, Any], aten: Any) -> None:
@@ -54,7 +54,7 @@ def _tanh_offset(lowerings: dict[Any, Any], aten: Any) -> None:
     lowerings[aten.tanh.default] = tanh_plus_a_millionth
 
 
-PLANTS = ("log1p_by_log", "gelu_flush", "tanh_offset")
+PLANTS = ("log1p_by_log", "silu_flush", "tanh_offset")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -67,8 +67,8 @@ def pytest_configure(config: pytest.Config) -> None:
     aten = torch.ops.aten
     if plant == "log1p_by_log":
         _log1p_by_log(lowerings, aten)
-    elif plant == "gelu_flush":
-        _gelu_flush(decomposition.decompositions, aten)
+    elif plant == "silu_flush":
+        _silu_flush(decomposition.decompositions, aten)
     elif plant == "tanh_offset":
         _tanh_offset(lowerings, aten)
     else:

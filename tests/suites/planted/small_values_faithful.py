@@ -1,5 +1,5 @@
 """Control for ``small_values``: the same three table entries (``aten.log1p``'s and ``aten.tanh``'s lowerings,
-``aten.gelu``'s decomposition) replaced by patches that compute exactly what torch's own do, so the sweep aims at the
+``aten.silu``'s decomposition) replaced by patches that compute exactly what torch's own do, so the sweep aims at the
 same ops and the suites run the same graphs through a rewritten entry, and nothing may turn red."""
 
 from __future__ import annotations
@@ -30,4 +30,4 @@ def pytest_configure(config: pytest.Config) -> None:
     for key in (aten.log1p.default, aten.tanh.default):
         lowerings[key] = _faithful(lowerings[key])
     table = decomposition.decompositions
-    table[aten.gelu.default] = _faithful(table[aten.gelu.default])
+    table[aten.silu.default] = _faithful(table[aten.silu.default])
