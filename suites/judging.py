@@ -49,14 +49,22 @@ def _metadata(path: str, actual: Any, eager: Any) -> str | None:
     return None
 
 
+def identical(actual: torch.Tensor, eager: torch.Tensor) -> bool:
+    """Bit for bit eager's, zero signs included (NaNs aside, which equal() never matches)."""
+    a, e = actual.detach().cpu(), eager.detach().cpu()
+    if a.is_complex():
+        a, e = torch.view_as_real(a.resolve_conj()), torch.view_as_real(e.resolve_conj())
+    return torch.equal(a, e) and torch.equal(a.signbit(), e.signbit())
+
+
 def _leaves_of(pair: tuple[Any, Any], what: str) -> tuple[list[Any], list[Any]]:
     return ([leaf for _, leaf in flatten_outputs(pair[0], what)], [leaf for _, leaf in flatten_outputs(pair[1], what)])
 
 
 def _finding(actual: torch.Tensor, eager: torch.Tensor, reference: Any, noise: torch.Tensor | None = None,
              nearby: torch.Tensor | None = None, parts: Any = (None, None)) -> precision.Finding | None:
-    if torch.equal(actual.cpu(), eager.cpu()) and torch.equal(actual.signbit().cpu(), eager.signbit().cpu()):
-        return None  # bit for bit eager's (NaNs aside, which equal() never matches)
+    if identical(actual, eager):
+        return None
     reference = reference if isinstance(reference, torch.Tensor) else None
     bound = precision.bound_for(eager.dtype, eager.device)
     return precision.judge(actual, eager, reference, bound, noise, nearby, parts)

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from .. import precision, rounding_noise
+from .. import judging, precision, rounding_noise
 from ..module_runs import flatten_outputs
 
 Reference = Callable[[], list[Any] | None]  # the float64 run's output leaves, or None where there is none
@@ -91,8 +91,8 @@ def _values_difference(want: torch.Tensor, got: torch.Tensor, bound_of: Callable
                 f"{_item(want.detach().cpu(), index)}, compiled {_item(got.detach().cpu(), index)}")
         inputs = _inputs_at(sample, want.shape, index)
         return text + (f"; inputs there: {inputs}" if inputs else "")
-    if torch.equal(want.cpu(), got.cpu()) and torch.equal(want.signbit().cpu(), got.signbit().cpu()):
-        return None  # bit for bit (NaNs aside, which equal() never matches)
+    if judging.identical(got, want):
+        return None
     dtype = want.dtype.to_real() if want.is_complex() else want.dtype
     bound = bound_of(dtype)
     finding = precision.judge(got, want, run.leaf(position), bound)
