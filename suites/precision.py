@@ -64,20 +64,22 @@ class Bound:
         return f"compiled ≤ {self.k:g} × max(eager, noise) + {self.c:g} ULPs of {_name(dtype)}"
 
 
-# Measured on stock torch (bench/ulp_calibration.py; how, and the figures: docs/suites.md). k = 2: twice eager's own
-# error, as the suites' RMSE rule allowed before. c: the most any tensor of stock torch needed on top, rounded up to a
-# power of two, over the op sweep's samples and the six suites with the sample repositories' models; listed upstream
-# differences (ops/known_failures.py) excluded. CPU float32 is the loosest: inductor's vectorised erf (GELU's
-# 1 + erf(x/√2), which cancels for x < -1) is up to 35 ULPs from float64 where ATen's is 4.
+# Measured on stock torch (bench/ulp_calibration.py; how, and the figures: docs/suites.md). k: how many times eager's
+# own error a compiled element may be off, 4 for float32 and float64 (a declared GELU's input gradient on CPU, 376 ULPs
+# where eager's is 120, another summation order per element rather than per tensor as the RMSE rule's 2 was), 2 for
+# bfloat16 and float16 (float32 arithmetic rounded once: nothing needed more). c: the most any tensor needed on top,
+# rounded up to a power of two, over the sweep's samples and the six suites with the sample repositories' models,
+# listed upstream differences (ops/known_failures.py) excluded. CPU float32 is the loosest: inductor's vectorised erf
+# (GELU's 1 + erf(x/√2), which cancels for x < -1) is up to 35 ULPs from float64 where ATen's is 4.
 BOUNDS: dict[tuple[str, torch.dtype], Bound] = {
-    ("cpu", torch.float32): Bound(2, 32),
+    ("cpu", torch.float32): Bound(4, 32),
     ("cpu", torch.bfloat16): Bound(2, 2),
     ("cpu", torch.float16): Bound(2, 2),
-    ("cpu", torch.float64): Bound(2, 4),
-    ("cuda", torch.float32): Bound(2, 8),
+    ("cpu", torch.float64): Bound(4, 4),
+    ("cuda", torch.float32): Bound(4, 8),
     ("cuda", torch.bfloat16): Bound(2, 2),
     ("cuda", torch.float16): Bound(2, 2),
-    ("cuda", torch.float64): Bound(2, 4),
+    ("cuda", torch.float64): Bound(4, 4),
 }
 
 

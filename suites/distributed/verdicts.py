@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -144,7 +145,8 @@ def _two_orders(eager: Any, single: Any, what: str) -> Noise:
     return Noise(per_leaf, "the distance between the eager distributed and the single-process float32 steps")
 
 
-def numeric_problems(reports: list[RankReport], wrapper: str, single32: Any, reference64: Any) -> list[str]:
+def numeric_problems(reports: list[RankReport], wrapper: str, single32: Any, reference64: Any,
+                     rerun: Callable[[], Any] | None = None) -> list[str]:
     problems = []
     for report in reports:
         result = report.results[wrapper]
@@ -155,6 +157,6 @@ def numeric_problems(reports: list[RankReport], wrapper: str, single32: Any, ref
             continue
         what = f"rank {report.rank}"
         problems += differences_from_reference(compiled, eager, reference64, what=what,
-                                               noise=_two_orders(eager, single32, what))
+                                               noise=_two_orders(eager, single32, what), rerun=rerun)
         problems += distributed_vs_single(eager, single32, reference64, f"rank {report.rank} eager {wrapper}")
     return problems
