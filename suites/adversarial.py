@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from . import harness, judging, module_runs
+from . import harness, judging, module_runs, rounding_noise
 
 # Largest |input| of the "large" variant per dtype. float32: logits around +-1e4 (exp(1e4) overflows without a max
 # shift). float16: half its range. bfloat16 shares float32's range, where eager's fp32 accumulators would overflow
@@ -27,6 +27,11 @@ from . import harness, judging, module_runs
 LARGE = {torch.float32: 1e4, torch.float16: 0.5 * torch.finfo(torch.float16).max, torch.bfloat16: 2.0**60}
 # "offset": mean 1e4 with a spread of about ten units in the last place at 1e4 (std 1e-2 in float32).
 OFFSET_MEAN = 1e4
+# "small": every element keeps its sign and gets its own magnitude, 10^-(SPAN × a uniform draw) times its own, so one
+# tensor holds values from 1 down to 1e-8 (1e-4 in float16, above its smallest normal): normalised activations,
+# gradients and probabilities near 0 live there, and so do cancelling rewrites, flushes and constant offsets that are
+# right at magnitude 1 (issue 39).
+SMALL_DECADES = {torch.float32: 8.0, torch.bfloat16: 8.0, torch.float16: 4.0}
 OFFSET_SPREAD_FP32 = 1e-2
 
 
@@ -37,10 +42,6 @@ class Variant:
     name: str
     dtype: torch.dtype
     description: str
-    # Relative precision the rewritten inputs carry: offset inputs hold only ~10 units in the last place of spread,
-    # so any kernel that rounds their mean to the working dtype (eager's included) is off by up to ~12 % of the
-    # output's scale; the judgement's floor adds this much of the reference's RMS (0 for the other variants).
-    resolution: float = 0.0
 
     def apply(self, inputs: tuple[Any, ...]) -> tuple[Any, ...]:
         """The example inputs in this variant's dtype and shape of values; integer inputs are kept as they are.
@@ -65,6 +66,7 @@ def variants(device: str) -> list[Variant]:
         "large": "magnitudes up to {large:.3g}",
         "tiny": "denormal magnitudes (below {tiny:.3g})",
         "offset": "mean 1e4 with spread {spread:.3g}",
+        "small": "magnitudes spread from 1 down to {small:.3g}",
         "nonfinite": "NaN, +inf and -inf in the first floating input",
     }
     # The well-scaled float32 inputs come first: the baseline each case must pass before its adversarial variants
@@ -72,18 +74,15 @@ def variants(device: str) -> list[Variant]:
     result = [Variant("fp32", torch.float32, "well-scaled inputs in float32"),
               Variant("lowp", low, f"well-scaled inputs in {low_name}")]
     for dtype, prefix, label in ((torch.float32, "", "float32"), (low, "lowp_", low_name)):
-        resolution = torch.finfo(dtype).eps * OFFSET_MEAN / _scales(dtype)["spread"]
-        result += [
-            Variant(prefix + name, dtype, text.format(**_scales(dtype)) + f" ({label})",
-                    resolution if name == "offset" else 0.0)
-            for name, text in shapes.items()
-        ]
+        result += [Variant(prefix + name, dtype, text.format(**_scales(dtype)) + f" ({label})")
+                   for name, text in shapes.items()]
     return sorted(result, key=lambda v: v.dtype != torch.float32)
 
 
 def _scales(dtype: torch.dtype) -> dict[str, float]:
     spread = OFFSET_SPREAD_FP32 * torch.finfo(dtype).eps / torch.finfo(torch.float32).eps
-    return {"large": LARGE[dtype], "tiny": torch.finfo(dtype).tiny, "spread": spread}
+    return {"large": LARGE[dtype], "tiny": torch.finfo(dtype).tiny, "spread": spread,
+            "small": 10.0 ** -SMALL_DECADES[dtype]}
 
 
 def _rewrite(kind: str, x: torch.Tensor, dtype: torch.dtype, first: bool) -> torch.Tensor:
@@ -100,6 +99,9 @@ def _rewrite(kind: str, x: torch.Tensor, dtype: torch.dtype, first: bool) -> tor
         spread = wide.std().item() if wide.numel() > 1 else 0.0
         centred = (wide - wide.mean()) / spread if spread > 0 and math.isfinite(spread) else torch.zeros_like(wide)
         wide = OFFSET_MEAN + scales["spread"] * centred
+    elif kind == "small":
+        draw = torch.rand(wide.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        wide = wide / peak * 10.0 ** (-SMALL_DECADES[dtype] * draw.to(wide.device))
     elif kind == "nonfinite" and first and wide.numel():
         flat = wide.reshape(-1).clone()
         positions = (0, flat.numel() // 2, flat.numel() - 1)  # may coincide in tiny tensors: the last one wins
@@ -142,31 +144,6 @@ def eager_failure(eager: Any, reference: Any) -> str | None:
     return None
 
 
-# The RMSE floor, relative to each leaf's RMS (see leaf_floor). 1e-3: the variants look for gross failures (overflow,
-# NaN, flushed or cancelled digits are off by 100 %), and amplified last-place differences must not count, e.g. a
-# training-mode BatchNorm whose variance underflows on denormal inputs scales a one-ulp difference in its mean
-# (inductor sums in fp32 where eager's CPU kernel sums in double) by 1/sqrt(eps) = 316.
-RELATIVE_FLOOR = 1e-3
-
-
-def leaf_floor(reference: Any, eager: Any, resolution: float = 0.0) -> float:
-    """The RMSE floor for one leaf, scaled to its size: magnitudes here span 1e-40 to 1e18, where the suites' absolute
-    1e-5 would accept a flushed denormal and demand more than float32 can hold at 1e18. The dtype's smallest
-    subnormal keeps the floor above zero for all-zero references."""
-    if not isinstance(reference, torch.Tensor) or not reference.is_floating_point():
-        return judging.RMSE_FLOOR
-    reference64 = reference.to(torch.float64)
-    dtype = eager.dtype if isinstance(eager, torch.Tensor) and eager.is_floating_point() else torch.float32
-    scale = _rms(reference64[torch.isfinite(reference64)])
-    return (RELATIVE_FLOOR + resolution) * scale + _smallest_subnormal(dtype)
-
-
-def _smallest_subnormal(dtype: torch.dtype) -> float:
-    # finfo.smallest_subnormal is newer than some torch versions the suites support; 2**(min_exp - mantissa bits).
-    info = torch.finfo(dtype)
-    return float(getattr(info, "smallest_subnormal", info.tiny * info.eps))
-
-
 @dataclass(frozen=True)
 class Verdict:
     """Per case and variant: leaves where compiled is too far off, and leaves where eager itself failed."""
@@ -175,9 +152,12 @@ class Verdict:
     eager_failures: list[str]
 
 
-def judge(actual: Any, eager: Any, reference: Any, what: str = "output", resolution: float = 0.0) -> Verdict:
-    """Judge every output leaf with the suites' rule (integers and NaN/inf positions exactly, RMSE within 2 x eager's
-    + a floor scaled to the leaf); leaves where eager failed are set aside with the reason."""
+def judge(actual: Any, eager: Any, reference: Any, what: str = "output", rerun: Callable[[], Any] | None = None,
+          nearby: Callable[[int], tuple[Any, Any]] | None = None) -> Verdict:
+    """Judge every output leaf with the suites' rule (per element, in ULPs of the dtype: precision.py; integers and
+    NaN/inf positions exactly); leaves where eager failed are set aside with the reason. ``rerun`` computes
+    ``reference`` again, for the rounding noise of elements that fail without it; ``nearby``, eager's and the
+    reference's results on nudged inputs (judging.differences_from_reference)."""
     actual_leaves = module_runs.flatten_outputs(actual, what)
     eager_leaves = module_runs.flatten_outputs(eager, what)
     reference_leaves = module_runs.flatten_outputs(reference, what)
@@ -190,8 +170,18 @@ def judge(actual: Any, eager: Any, reference: Any, what: str = "output", resolut
         if reason is not None:
             failures.append(f"{path}: {reason}")
             continue
-        problems += judging.differences_from_reference(a, e, r, floor=leaf_floor(r, e, resolution), what=path)
+        problems += judging.differences_from_reference(
+            a, e, r, what=path, rerun=rerun and _leaf_of(rerun, what, path),
+            nearby=nearby and (lambda seed, path=path: tuple(_pick(v, what, path) for v in nearby(seed))))
     return Verdict(problems, failures)
+
+
+def _pick(value: Any, what: str, path: str) -> Any:
+    return dict(module_runs.flatten_outputs(value, what))[path]
+
+
+def _leaf_of(rerun: Callable[[], Any], what: str, path: str) -> Callable[[], Any]:
+    return lambda: _pick(rerun(), what, path)
 
 
 def conclude(verdict: Verdict, variant: Variant) -> None:
@@ -211,6 +201,8 @@ class Outcome:
     eager: Any = None
     reference: Any = None
     eager_error: str | None = None
+    rerun: Callable[[], Any] | None = None  # the fp64 run again (its rounding noise is measured where needed)
+    nearby: Callable[[int], tuple[Any, Any]] | None = None  # eager's and the fp64 run on nudged inputs
 
 
 def run_variant(
@@ -232,20 +224,35 @@ def run_variant(
             return Outcome(eager_error=f"eager raised {type(exc).__name__}: {exc}"[:500])
         torch.manual_seed(0)
         actual = compiled(*module_runs.clone_inputs(given))
-        torch.manual_seed(0)
-        fp64 = reference(*module_runs.to_fp64(given))
-    return Outcome(actual, expected, fp64)
+    upcast = module_runs.to_fp64(given)
+
+    def rerun() -> Any:
+        with torch.no_grad():
+            torch.manual_seed(0)
+            return reference(*module_runs.clone_inputs(upcast))
+
+    def nearby(seed: int) -> tuple[Any, Any]:
+        nudged = rounding_noise.nudge(given, seed)
+        with torch.no_grad():
+            torch.manual_seed(0)
+            near = eager(*module_runs.clone_inputs(nudged))
+            torch.manual_seed(0)
+            return near, reference(*module_runs.to_fp64(nudged))
+
+    return Outcome(actual, expected, rerun(), rerun=rerun, nearby=nearby)
 
 
 def check(outcome: Outcome, variant: Variant, key: str | None = None) -> None:
     """Pass, fail or skip one case on one variant; ``key`` picks one entry of a dict output (a corpus layer)."""
     if outcome.eager_error is not None:
         pytest.skip(f"{variant.name} ({variant.description}): {outcome.eager_error}")
-    actual, eager, reference = outcome.actual, outcome.eager, outcome.reference
-    what = "output"
+    actual, eager, reference, rerun = outcome.actual, outcome.eager, outcome.reference, outcome.rerun
+    nearby, what = outcome.nearby, "output"
     if key is not None:
         actual, eager, reference, what = actual[key], eager[key], reference[key], key
-    conclude(judge(actual, eager, reference, what=what, resolution=variant.resolution), variant)
+        rerun = rerun and (lambda whole=rerun: whole()[key])
+        nearby = nearby and (lambda seed, whole=nearby: tuple(v[key] for v in whole(seed)))
+    conclude(judge(actual, eager, reference, what=what, rerun=rerun, nearby=nearby), variant)
 
 
 def compile_once_fixtures(*caches: dict[Any, Any]) -> tuple[Any, Any]:

@@ -14,7 +14,7 @@ import os
 import pprint
 import shutil
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,16 +23,14 @@ import pytest
 from torch import nn
 
 from .batch_statistics import NO_NOISE, Noise, measure_noise
-from .judging import RMSE_FLOOR, TOLERANCE_MULTIPLIER, differences_from_reference, fail_on_differences
-from .module_runs import ModuleRun
+from .judging import RULE, differences_from_reference, fail_on_differences
+from .module_runs import ModuleRun, fp64_step
 from .naming import sanitise_nodeid
+from .rounding_noise import module_nearby
 from .targets import DeclaredModel
 
 OUTPUT_ENV = "COMPILE_CI_OUTPUT_DIR"
-SUITES_RULE = (
-    f"tolerance: the suites' rule, per tensor: compiled RMSE vs the fp64 reference ≤ {TOLERANCE_MULTIPLIER:g} x "
-    f"eager's + {RMSE_FLOOR:g} (the fp64 reference is an fp64 copy of the model run on the upcast inputs)"
-)
+SUITES_RULE = f"tolerance: {RULE} (the fp64 reference is an fp64 copy of the model run on the upcast inputs)"
 _MINIFY = Path(__file__).with_name("minify_template.py").read_text()
 # Inductor writes a graph's code under its cache directory as <2 chars>/c<hash>.py and imports it from there.
 _GENERATED_MARKERS = ("torchinductor", "inductor")
@@ -117,10 +115,16 @@ def _minify_note(subject: Subject, *, backward: bool, crash: bool) -> str:
     )
 
 
-def _differences(compiled: ModuleRun, eager: ModuleRun, fp64: ModuleRun, backward: bool, noise: Noise) -> list[str]:
-    problems = differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs, noise=noise)
+def _differences(compiled: ModuleRun, eager: ModuleRun, fp64: ModuleRun, backward: bool, noise: Noise,
+                 rerun: Callable[[], ModuleRun] | None = None,
+                 nearby: Callable[[int], tuple[ModuleRun, ModuleRun]] | None = None) -> list[str]:
+    problems = differences_from_reference(
+        compiled.outputs, eager.outputs, fp64.outputs, noise=noise, rerun=rerun and (lambda: rerun().outputs),
+        nearby=nearby and (lambda seed: tuple(run.outputs for run in nearby(seed))))
     if backward:
-        problems += differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad", noise=noise)
+        problems += differences_from_reference(
+            compiled.grads, eager.grads, fp64.grads, what="grad", noise=noise, rerun=rerun and (lambda: rerun().grads),
+            nearby=nearby and (lambda seed: tuple(run.grads for run in nearby(seed))))
     return problems
 
 
@@ -128,27 +132,32 @@ def judge_step(
     compiled: ModuleRun, eager: ModuleRun, fp64: ModuleRun, *, pristine: nn.Module, inputs: tuple[Any, ...],
     backward: bool, subject: Subject | None = None,
 ) -> None:
-    """Judge a step's outputs (and gradients) against the fp64 reference and fail explained. Only when the suites'
-    rule fails and ``pristine`` (the model before the step) normalises with batch statistics is each tensor's
-    float32 noise measured (batch_statistics.py) and the step judged again with that derived allowance."""
+    """Judge a step's outputs (and gradients) against the fp64 reference and fail explained. Only when the rule fails
+    without noise is each element's rounding noise measured, from ``pristine`` (the model before the step): the fp64
+    step run again with every rounding drawn (rounding_noise.py), for a model that normalises with batch statistics
+    with those layers' float32 error drawn (batch_statistics.py), and eager's own error on nudged inputs; the step is
+    then judged again."""
     problems, noise = _differences(compiled, eager, fp64, backward, NO_NOISE), NO_NOISE
     if problems:
         noise = measure_noise(pristine, inputs, fp64, backward=backward)
-        if noise:
-            problems = _differences(compiled, eager, fp64, backward, noise)
-    _fail_explained(problems, f"tolerance: {noise.derivation}" if noise else SUITES_RULE, subject, backward)
+        problems = _differences(compiled, eager, fp64, backward, noise, fp64_step(pristine, inputs, backward=backward),
+                                module_nearby(pristine, inputs, backward=backward))
+    _fail_explained(problems, f"tolerance: {noise.derivation}; {RULE}" if noise else SUITES_RULE, subject, backward)
 
 
 def judge_outputs(
     compiled: Any, eager: Any, fp64: Any, *, subject: Subject | None, what: str = "output",
-    grads: tuple[Any, Any, Any] | None = None,
+    grads: tuple[Any, Any, Any] | None = None, rerun: Callable[[], Any] | None = None,
+    grads_rerun: Callable[[], Any] | None = None,
 ) -> None:
-    """Judge a step by the suites' rule as it stands and fail explained: outputs (paths start with ``what``) and,
-    given ``(compiled, eager, fp64)`` gradients, those. No batch-statistics allowance: for the suites that judge an
-    inference-mode forward (freezing, layout) or a declared function (fusion), whose tolerance is the plain rule."""
-    problems = differences_from_reference(compiled, eager, fp64, what=what)
+    """Judge a step by the suites' rule and fail explained: outputs (paths start with ``what``) and, given
+    ``(compiled, eager, fp64)`` gradients, those; ``rerun`` (``grads_rerun``) computes ``fp64`` (its gradients) again,
+    for the rounding noise. No
+    batch-statistics allowance: for the suites that judge an inference-mode forward (freezing, layout) or a declared
+    function (fusion)."""
+    problems = differences_from_reference(compiled, eager, fp64, what=what, rerun=rerun)
     if grads is not None:
-        problems += differences_from_reference(*grads, what="grad")
+        problems += differences_from_reference(*grads, what="grad", rerun=grads_rerun)
     _fail_explained(problems, SUITES_RULE, subject, grads is not None)
 
 

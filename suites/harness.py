@@ -270,3 +270,21 @@ def record_decompositions(record: Callable[[Any], None]) -> bool:
 def dynamo_counters_or_empty() -> Mapping[str, Mapping[str, int]]:
     """Dynamo's counters, or an empty mapping where this torch has none (for figures that must never skip)."""
     return _optional("torch._dynamo.utils", "counters") or {}
+
+
+def dispatch_mode_class() -> type | None:
+    """torch's base class for modes that see every ATen call below autograd (forward and backward kernels), or None
+    where this torch has none (rounding_noise.py then measures nothing)."""
+    return _optional("torch.utils._python_dispatch", "TorchDispatchMode")
+
+
+def writes_or_aliases(op: Any) -> bool:
+    """Whether an ATen overload returns a view of, or writes into, one of its arguments (``view``, ``add_``)."""
+    schema = op._schema
+    return bool(schema.is_mutable or any(ret.alias_info is not None for ret in schema.returns))
+
+
+def is_zero_tensor(t: torch.Tensor) -> bool:
+    """Autograd's efficient zero tensors (``_efficientzerotensor``): immutable, and arithmetic on one outside the
+    dispatcher crashes the process."""
+    return bool(getattr(t, "_is_zerotensor", lambda: False)())

@@ -1,5 +1,5 @@
-"""Compiled-vs-eager judgement against a float64 reference: one line per leaf that is too far off, and the test
-failure that lists them (they become the check-run annotation).
+"""Compiled-vs-eager judgement against a float64 reference: one line per leaf with an element too far off (the rule:
+precision.py), and the test failure that lists them (they become the check-run annotation).
 
 Public torch APIs only; private ones live in ``harness.py``.
 """
@@ -8,66 +8,35 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import torch
 
+from . import precision, rounding_noise
 from .batch_statistics import NO_NOISE, Noise
 from .module_runs import flatten_outputs
 
-# Compiled-vs-eager judgement, in the spirit of torch._dynamo.utils.same(fp64_ref=...): a compiled result may be
-# at most TOLERANCE_MULTIPLIER times as far from the fp64 reference as eager is, plus an absolute RMSE floor so
-# that results eager gets (nearly) exact do not demand bit-exactness from reordered reductions.
-TOLERANCE_MULTIPLIER = 2.0
-RMSE_FLOOR = 1e-5
-# bfloat16 results below bfloat16's smallest normal may come back as zero (issue 27). CPUs with AVX512-BF16 or AMX
-# multiply bf16 with VDPBF16PS / TDPBF16PS, which ignore the FPU's control register and always read subnormal inputs
-# and write subnormal results as zero, and a compiled graph can reach those kernels where eager does not: on stock
-# torch, inductor rewrites a hand-written attention into the CPU flash-attention kernel, whose bf16 GEMMs are oneMKL's,
-# while eager's small bmm runs ATen's own loops. Such an element counts as eager's value. No other dtype gets this
-# allowance: float32 subnormals flush only under FTZ/DAZ (a bug), float16's (down to 6e-8) are kept where fp16 runs
-# here (the CUDA fp16 variants pass without it), and no result the dtype holds as a normal number is ever excused.
-FLUSHABLE_DTYPES = (torch.bfloat16,)
-
-
-def _as_fp64(t: torch.Tensor) -> torch.Tensor:
-    return torch.view_as_real(t.to(torch.complex128)) if t.is_complex() else t.to(torch.float64)
-
-
-def _rmse(a: torch.Tensor, b: torch.Tensor, finite: torch.Tensor) -> float:
-    diff = (_as_fp64(a) - _as_fp64(b))[finite]
-    return math.sqrt(diff.square().mean().item()) if diff.numel() else 0.0
-
-
-def _tolerate_flushes(
-    actual64: torch.Tensor, eager64: torch.Tensor, reference64: torch.Tensor, dtype: torch.dtype
-) -> tuple[torch.Tensor, int]:
-    """``actual64`` with its tolerated flushes (see FLUSHABLE_DTYPES) replaced by eager's values, and their count."""
-    if dtype not in FLUSHABLE_DTYPES:
-        return actual64, 0
-    flushed = (actual64 == 0) & (eager64 != 0) & (reference64.abs() < torch.finfo(dtype).tiny)
-    return torch.where(flushed, eager64, actual64), int(flushed.sum())
+# The rule itself (per element, in ULPs of the output's dtype) and its calibrated bounds live in precision.py, shared
+# with the op sweep; this module applies it to the leaves of a suite's outputs and writes the failure.
+FLUSHABLE_DTYPES = precision.FLUSHABLE_DTYPES
+RULE = ("the suites' rule, per element: compiled's distance to the float64 reference ≤ k × max(eager's, measured "
+        "rounding noise) + c, in ULPs of the output's dtype at that value; NaN/inf and signs of zero exactly as "
+        "eager's (suites/precision.py)")
 
 
 def _describe_worst(actual: torch.Tensor, eager: torch.Tensor) -> str:
-    wide = torch.complex128 if actual.is_complex() or eager.is_complex() else torch.float64
-    diff = (actual.to(wide) - eager.to(wide)).abs().nan_to_num(nan=math.inf)
+    diff = (actual.long() - eager.long()).abs() if not actual.is_complex() else (actual - eager).abs()
     if diff.numel() == 0:
         return "empty tensors"
-    flat = int(diff.argmax())
+    flat = int(diff.reshape(-1).argmax())
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), diff.shape)) if diff.dim() else ()
-    return (
-        f"largest |compiled - eager| = {diff.max().item():.3g} at index {index} "
-        f"(compiled {actual.reshape(-1)[flat].item():.6g}, eager {eager.reshape(-1)[flat].item():.6g})"
-    )
+    return (f"{int((actual != eager).sum())} of {actual.numel()} elements differ; at {index}: compiled "
+            f"{actual.reshape(-1)[flat].item()!r}, eager {eager.reshape(-1)[flat].item()!r}")
 
 
-def _compare_leaf(
-    path: str, actual: Any, eager: Any, reference: Any, multiplier: float, floor: float, noise: float | None = None
-) -> str | None:
+def _metadata(path: str, actual: Any, eager: Any) -> str | None:
     if not isinstance(eager, torch.Tensor):
         return None if actual == eager else f"{path}: compiled {actual!r} != eager {eager!r}"
     if not isinstance(actual, torch.Tensor):
@@ -75,30 +44,42 @@ def _compare_leaf(
     if actual.shape != eager.shape or actual.dtype != eager.dtype:
         return f"{path}: compiled {tuple(actual.shape)} {actual.dtype} != eager {tuple(eager.shape)} {eager.dtype}"
     if not eager.is_floating_point() and not eager.is_complex():
-        return None if torch.equal(actual, eager) else f"{path}: {_describe_worst(actual, eager)} (exact dtype)"
-    actual64, eager64, reference64 = _as_fp64(actual), _as_fp64(eager), _as_fp64(reference)
-    finite = torch.isfinite(eager64)
-    if not torch.equal(finite, torch.isfinite(actual64)) or not torch.equal(
-        actual64[~finite].nan_to_num(), eager64[~finite].nan_to_num()
-    ):
-        return f"{path}: compiled and eager disagree on the non-finite (NaN/inf) elements"
-    finite &= torch.isfinite(reference64)
-    actual64, flushed = _tolerate_flushes(actual64, eager64, reference64, eager.dtype)
-    eager_error, compiled_error = _rmse(eager64, reference64, finite), _rmse(actual64, reference64, finite)
-    if noise is None:
-        allowed, bound = multiplier * eager_error + floor, f"{multiplier:g} x eager RMSE {eager_error:.3g} + {floor:g}"
-    else:  # a derived allowance (batch_statistics.py): the tensor's measured float32 noise, when eager's is smaller
-        allowed = multiplier * max(eager_error, noise) + floor
-        bound = (f"tolerance {allowed:.3g} = {multiplier:g} x max(eager RMSE {eager_error:.3g}, "
-                 f"measured float32 noise {noise:.3g}) + {floor:g}")
-    if compiled_error <= allowed:
+        return None if torch.equal(actual.cpu(), eager.cpu()) else (
+            f"{path}: {_describe_worst(actual.cpu(), eager.cpu())} (exact dtype)")
+    return None
+
+
+def identical(actual: torch.Tensor, eager: torch.Tensor) -> bool:
+    """Bit for bit eager's, zero signs included (NaNs aside, which equal() never matches)."""
+    a, e = actual.detach().cpu(), eager.detach().cpu()
+    if a.is_complex():
+        a, e = torch.view_as_real(a.resolve_conj()), torch.view_as_real(e.resolve_conj())
+    return torch.equal(a, e) and torch.equal(a.signbit(), e.signbit())
+
+
+def _leaves_of(pair: tuple[Any, Any], what: str) -> tuple[list[Any], list[Any]]:
+    return ([leaf for _, leaf in flatten_outputs(pair[0], what)], [leaf for _, leaf in flatten_outputs(pair[1], what)])
+
+
+def _finding(actual: torch.Tensor, eager: torch.Tensor, reference: Any, noise: torch.Tensor | None = None,
+             nearby: torch.Tensor | None = None, parts: Any = (None, None)) -> precision.Finding | None:
+    if identical(actual, eager):
         return None
-    tolerated = f" ({flushed} results below {eager.dtype}'s smallest normal flushed to 0, tolerated)" if flushed else ""
+    reference = reference if isinstance(reference, torch.Tensor) else None
+    bound = precision.bound_for(eager.dtype, eager.device)
+    return precision.judge(actual, eager, reference, bound, noise, nearby, parts)
+
+
+def _line(path: str, finding: precision.Finding, actual: torch.Tensor, eager: torch.Tensor, reference: Any) -> str:
     tensor = f" {tuple(eager.shape)} {str(eager.dtype).removeprefix('torch.')}"  # which tensor, at a glance
-    return (
-        f"{path}{tensor}: compiled RMSE vs fp64 reference {compiled_error:.3g} > {bound}; "
-        f"{_describe_worst(actual64 if flushed else actual, eager)}{tolerated}"
-    )
+    summary = precision.rmse_summary(actual, eager, reference) if isinstance(reference, torch.Tensor) else ""
+    return f"{path}{tensor}: {finding.describe()}" + (f" ({summary})" if summary else "")
+
+
+def _noise_dtype(eager_leaves: list[tuple[str, Any]]) -> torch.dtype:
+    """The least precise floating dtype among the results: the one whose roundings the noise runs draw."""
+    floating = [leaf.dtype for _, leaf in eager_leaves if isinstance(leaf, torch.Tensor) and leaf.is_floating_point()]
+    return max(floating, key=lambda dtype: torch.finfo(dtype).eps, default=torch.float32)
 
 
 def differences_from_reference(
@@ -106,28 +87,62 @@ def differences_from_reference(
     eager: Any,
     reference_fp64: Any,
     *,
-    multiplier: float = TOLERANCE_MULTIPLIER,
-    floor: float = RMSE_FLOOR,
     what: str = "output",
     noise: Noise = NO_NOISE,
+    rerun: Callable[[], Any] | None = None,
+    nearby: Callable[[int], tuple[Any, Any]] | None = None,
 ) -> list[str]:
-    """One line per leaf where compiled ``actual`` is further from the fp64 reference than ``eager`` allows.
+    """One line per leaf where compiled ``actual`` breaks the rule (precision.py) against ``eager`` and the fp64
+    reference. The three arguments are matching (nested) structures; leaves are tensors or plain values.
 
-    The three arguments are matching (nested) structures; leaves are tensors or plain values. ``noise`` (from
-    ``batch_statistics.measure_noise``) replaces eager's error by the tensor's measured noise where that is larger.
-    """
+    ``reference_fp64`` may be a zero-argument callable that computes the reference; it is then also the ``rerun``.
+    ``rerun``: computes the reference again; only where the rule fails without it, it is run with float32's
+    roundings drawn (rounding_noise.py) and the leaves judged again with each element's measured noise. ``nearby``:
+    given a seed, eager's and the fp64 results again on inputs nudged to adjacent values (``rounding_noise.nudge``),
+    for eager's own error there. ``noise`` (batch_statistics.measure_noise) adds a derived noise per leaf path."""
+    if callable(reference_fp64):
+        rerun = rerun or reference_fp64
+        reference_fp64 = reference_fp64()
     actual_leaves, eager_leaves = flatten_outputs(actual, what), flatten_outputs(eager, what)
     reference_leaves = flatten_outputs(reference_fp64, what)
     if [p for p, _ in actual_leaves] != [p for p, _ in eager_leaves]:
         return [f"{what}: compiled structure {[p for p, _ in actual_leaves]} != eager {[p for p, _ in eager_leaves]}"]
     if len(reference_leaves) != len(eager_leaves):
         return [f"{what}: the fp64 reference has a different structure than eager"]
-    return [
-        problem
-        for (path, a), (_, e), (_, r) in zip(actual_leaves, eager_leaves, reference_leaves, strict=True)
-        if (problem := _compare_leaf(path, a, e, r, multiplier, floor, noise.per_leaf.get(path) if noise else None))
-        is not None
-    ]
+    references = [leaf for _, leaf in reference_leaves]
+    problems: dict[int, str] = {}
+    failing: list[int] = []
+    for i, ((path, a), (_, e), r) in enumerate(zip(actual_leaves, eager_leaves, references, strict=True)):
+        if (problem := _metadata(path, a, e)) is not None:
+            problems[i] = problem
+        elif isinstance(e, torch.Tensor) and (e.is_floating_point() or e.is_complex()):
+            if (finding := _finding(a, e, r)) is not None:
+                problems[i] = _line(path, finding, a, e, r)
+                failing.append(i)
+            elif precision.recording() and not torch.equal(a.cpu(), e.cpu()):
+                failing.append(i)  # calibration: every differing tensor gets its noise measured too
+    if failing and (rerun is not None or nearby is not None or noise):
+        count = len(references)
+        again = (lambda: [leaf for _, leaf in flatten_outputs(rerun(), what)]) if rerun is not None else None
+        dtype = _noise_dtype(eager_leaves)
+        measured = rounding_noise.measure(again, references, dtype) if again else [None] * count
+        own = rounding_noise.eager_nearby(lambda seed: _leaves_of(nearby(seed), what), count) if nearby else (
+            [None] * count)
+        parts = rounding_noise.parts(again, references, dtype) if again and precision.recording() else (
+            [(None, None)] * count)
+        for i in failing:
+            path, a = actual_leaves[i]
+            e, r = eager_leaves[i][1], references[i]
+            finding = _finding(a, e, r, _larger(measured[i], noise.per_leaf.get(path)), own[i], parts[i])
+            if finding is None:
+                problems.pop(i, None)
+            else:
+                problems[i] = _line(path, finding, a, e, r)
+    return [problems[i] for i in sorted(problems)]
+
+
+def _larger(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
+    return b if a is None else a if b is None else torch.maximum(a, b.to(a.dtype))
 
 
 def fail_on_differences(problems: list[str], notes: tuple[str, ...] = ()) -> None:
@@ -139,7 +154,7 @@ def fail_on_differences(problems: list[str], notes: tuple[str, ...] = ()) -> Non
 
 
 def assert_close_to_reference(actual: Any, eager: Any, reference_fp64: Any, **options: Any) -> None:
-    """Fail unless compiled ``actual`` is as close to the fp64 reference as ``eager`` is (see above for options)."""
+    """Fail unless compiled ``actual`` keeps the rule against eager and the fp64 reference (see above for options)."""
     fail_on_differences(differences_from_reference(actual, eager, reference_fp64, **options))
 
 

@@ -6,6 +6,7 @@ Public torch APIs only; private ones live in ``harness.py``.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -83,3 +84,15 @@ def forward_and_grads(
     grads = {name: p.grad.detach().clone() for name, p in module.named_parameters() if p.grad is not None}
     buffers = {name: b.detach().clone() for name, b in module.named_buffers()}
     return ModuleRun(map_tensors(outputs, torch.Tensor.detach), grads, buffers)
+
+
+def fp64_step(module: torch.nn.Module, inputs: tuple[Any, ...], *, backward: bool) -> Callable[[], ModuleRun]:
+    """The fp64 reference step of ``module`` as it is now (copied before any call changes it): each call runs it on
+    a fresh copy of that state, so the judgement can run it again (rounding_noise.py) and get the same step."""
+    start = copy.deepcopy(module).to(torch.float64)
+
+    def run() -> ModuleRun:
+        twin = copy.deepcopy(start)
+        return forward_and_grads(twin, twin, to_fp64(inputs), backward=backward)
+
+    return run

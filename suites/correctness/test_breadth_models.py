@@ -47,8 +47,26 @@ CASES: dict[str, tuple[Callable[[], nn.Module], Callable[[str], tuple[torch.Tens
 }
 
 
+# Stock inductor's CPU kernels that are less accurate than ATen's where results are small (issue 39's per-element rule
+# sees them; ops/known_failures.py lists them for the sweep with their evidence): an expected failure while every
+# failing tensor is one of these outputs, a failure otherwise.
+_EXPM1 = "inductor's vectorised CPU expm1 is exp(x) - 1 (ELU, CELU and SELU go through it)"
+KNOWN_UPSTREAM_CPU = {
+    ("elementwise_math", "output['atanh']"): "inductor's CPU atanh loses digits near 0 (43 ULPs at -0.014)",
+    ("elementwise_math", "output['expm1']"): _EXPM1,
+    **{("activations", f"output['{name}']"): _EXPM1 for name in ("elu", "celu", "selu")},
+}
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_architecture_matches_eager_forward_and_backward(name: str, device: str) -> None:
     factory, make_inputs, train = CASES[name]
     model = factory().to(device).train(train)
-    _check_against_eager(model, model, make_inputs(device), backward=True)
+    try:
+        _check_against_eager(model, model, make_inputs(device), backward=True)
+    except pytest.fail.Exception as failure:
+        lines = [line.strip() for line in str(failure).splitlines()[1:] if line.startswith("  ")]
+        known = {KNOWN_UPSTREAM_CPU.get((name, line.split(" ")[0])) for line in lines} if device == "cpu" else {None}
+        if lines and None not in known:
+            pytest.xfail("known upstream: " + "; ".join(sorted(k for k in known if k)))
+        raise

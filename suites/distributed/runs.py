@@ -40,7 +40,7 @@ class DistributedRuns:
             if key is not None and params.get("wrapper") in WRAPPERS:
                 self.collected.setdefault(key, set()).add(params["wrapper"])
         self._runs: dict[tuple[str, str], tuple[set[str], list[RankReport]]] = {}
-        self._references: dict[tuple[str, str], tuple[Any, Any] | None] = {}
+        self._references: dict[tuple[str, str], tuple[Any, Any, Callable[[], Any]] | None] = {}
         self._launches = 0
 
     def reports(self, source: str, name: str, wrappers: list[str], fresh: bool = False) -> list[RankReport]:
@@ -58,17 +58,21 @@ class DistributedRuns:
         return reports
 
     def single_process(self, source: str, name: str, factory: Callable[[], torch.nn.Module],
-                       inputs: tuple[Any, ...]) -> tuple[Any, Any] | None:
-        """(fp32, fp64) single-process runs of every rank's steps; None when the model has nothing to train."""
+                       inputs: tuple[Any, ...]) -> tuple[Any, Any, Callable[[], Any]] | None:
+        """(fp32, fp64) single-process runs of every rank's steps, and the fp64 run again from the same start (the
+        judgement measures its rounding noise where it needs it); None when the model has nothing to train."""
         key = (source, name)
         if key not in self._references:
             device = "cuda:0" if self.device == "cuda" else "cpu"
             torch.manual_seed(0)
             module = factory().to(device)
-            module64 = copy.deepcopy(module).to(torch.float64)
+            start64 = copy.deepcopy(module).to(torch.float64)
             inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
+
+            def fp64(start: torch.nn.Module = start64, given: tuple[Any, ...] = to_fp64(inputs)) -> Any:
+                twin = copy.deepcopy(start)
+                return train(twin, twin, given, range(WORLD_SIZE))
+
             self._references[key] = (
-                (train(module, module, inputs, range(WORLD_SIZE)),
-                 train(module64, module64, to_fp64(inputs), range(WORLD_SIZE)))
-                if trainable(module) else None)
+                (train(module, module, inputs, range(WORLD_SIZE)), fp64(), fp64) if trainable(module) else None)
         return self._references[key]

@@ -85,8 +85,8 @@ def test_memory_efficient_fusion_matches_eager(chain: str, device: str) -> None:
     for _ in range(3):
         actual = _value_and_grads(fused, inputs)
     expected = _value_and_grads(fn, inputs)
-    reference = _value_and_grads(fn, [t.double() for t in inputs])
-    judging.assert_close_to_reference(actual, expected, reference, what=f"{chain}(value, *input grads)")
+    judging.assert_close_to_reference(actual, expected, lambda: _value_and_grads(fn, [t.double() for t in inputs]),
+                                      what=f"{chain}(value, *input grads)")
 
 
 _KERNEL_DEFINITION = re.compile(r"=\s*async_compile\.(cpp_pybinding|cpp|triton)\(")
@@ -98,7 +98,7 @@ def test_inductor_fuses_pointwise_chain_into_one_kernel(chain: str, device: str)
     fn, shapes = CHAINS[chain]
     inputs = [t.detach() for t in _inputs(shapes, device)]
     actual, code = harness.run_and_get_code(torch.compile(fn, backend="inductor"), *inputs)
-    judging.assert_close_to_reference(actual, fn(*inputs), fn(*[t.double() for t in inputs]))
+    judging.assert_close_to_reference(actual, fn(*inputs), lambda: fn(*[t.double() for t in inputs]))
     kernels = sum(len(_KERNEL_DEFINITION.findall(source)) for source in code)
     assert kernels == 1, f"{chain}: expected one fused kernel, inductor generated {kernels}"
 
@@ -235,7 +235,12 @@ def test_declared_fusion(
         torch.manual_seed(0)
         with explain.crash_in_generated_code(subject, backward=True):
             compiled = run(torch.compile(declared_fusion.fn, backend="inductor"), inputs)
-    torch.manual_seed(0)
-    reference = run(declared_fusion.fn, module_runs.to_fp64(inputs))
+
+    def fp64() -> tuple[object, dict[str, torch.Tensor]]:
+        torch.manual_seed(0)
+        return run(declared_fusion.fn, module_runs.to_fp64(inputs))
+
+    reference = fp64()
     explain.judge_outputs(compiled[0], eager[0], reference[0], subject=subject,
-                          grads=(compiled[1], eager[1], reference[1]))
+                          grads=(compiled[1], eager[1], reference[1]), rerun=lambda: fp64()[0],
+                          grads_rerun=lambda: fp64()[1])

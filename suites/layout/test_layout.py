@@ -97,13 +97,19 @@ IMAGE_SHAPE = (2, 3, 12, 12)
 def _eager_compiled_reference(
     module: nn.Module, inputs: tuple[Any, ...], compiled_fn: Callable[..., Any] | None = None
 ) -> tuple[Any, Any, Any]:
-    """Compiled, eager and float64 outputs of ``module``; the float64 copy is taken before any call."""
+    """Compiled and eager outputs of ``module`` and the float64 run (a callable: judging runs it again for the rounding
+    noise where needed); the float64 copy is taken before any call."""
     reference = copy.deepcopy(module).to(torch.float64)
     eager = module(*module_runs.clone_inputs(inputs))
     # An OptimizedModule proxies len(), so `compiled_fn or ...` would call a module's __len__.
     compiled_fn = torch.compile(module, backend="inductor") if compiled_fn is None else compiled_fn
     compiled = compiled_fn(*module_runs.clone_inputs(inputs))
-    return compiled, eager, reference(*module_runs.to_fp64(inputs))
+
+    def fp64() -> Any:
+        with torch.no_grad():
+            return reference(*module_runs.to_fp64(inputs))
+
+    return compiled, eager, fp64
 
 
 @pytest.mark.parametrize("freezing", [False, True], ids=["default", "freezing"])
@@ -116,7 +122,11 @@ def test_conv_output_keeps_eager_strides(freezing: bool, device: str) -> None:
         reference = copy.deepcopy(conv).to(torch.float64)
         eager = conv(x)
         compiled, codes = harness.run_and_get_code(torch.compile(conv, backend="inductor"), x)
-        fp64 = reference(x.double())
+
+    def fp64() -> torch.Tensor:
+        with torch.no_grad():
+            return reference(x.double())
+
     assert_channels_last_conv(codes, (2, 16, 5, 5))
     assert_eager_strides(compiled, eager)
     compiled.view(2, -1)  # raises on a channels-last result, as it would for a user flattening the output
@@ -156,12 +166,15 @@ def test_graph_break_between_convs(name: str, device: str) -> None:
 
 
 def _judge_training(model: nn.Module, inputs: tuple[Any, ...]) -> None:
-    reference = copy.deepcopy(model).to(torch.float64)
+    rerun = module_runs.fp64_step(model, inputs, backward=True)
     eager = module_runs.forward_and_grads(model, model, inputs, backward=True)
     compiled = module_runs.forward_and_grads(torch.compile(model, backend="inductor"), model, inputs, backward=True)
-    fp64 = module_runs.forward_and_grads(reference, reference, module_runs.to_fp64(inputs), backward=True)
-    problems = judging.differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs, what="output")
-    problems += judging.differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad")
+    fp64 = rerun()
+
+    problems = judging.differences_from_reference(compiled.outputs, eager.outputs, fp64.outputs, what="output",
+                                                  rerun=lambda: rerun().outputs)
+    problems += judging.differences_from_reference(compiled.grads, eager.grads, fp64.grads, what="grad",
+                                                   rerun=lambda: rerun().grads)
     judging.fail_on_differences(problems)
     assert compiled.grads.keys() == eager.grads.keys(), "some parameters got no gradient"
     assert_eager_strides(compiled.outputs, eager.outputs)
@@ -256,5 +269,6 @@ def test_declared_model(
             with explain.crash_in_generated_code(step, backward=False):
                 compiled = run(compiled_model, args)
             fp64 = run(reference, module_runs.to_fp64(args))
-            explain.judge_outputs(compiled, eager, fp64, subject=step, what=variant)
+            explain.judge_outputs(compiled, eager, fp64, subject=step, what=variant,
+                                  rerun=lambda args=args: run(reference, module_runs.to_fp64(args)))
             assert_eager_strides(compiled, eager, what=variant)

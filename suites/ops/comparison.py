@@ -1,11 +1,13 @@
 """One sample's compiled result against eager's, element by element, and where they differ: the special point.
 
-Integers, booleans, shapes, dtypes and NaN/inf positions must match exactly. Floating elements must be within the
-case's tolerance of eager's; where one is not, a float64 run of the same op arbitrates: the element passes when the
-compiled value is within the tolerance of float64's, rounded to the output's dtype. So compiled code that is more
-accurate than eager (a fused bf16 chain that rounds once) is not a failure, and a wrong value at one input is. (Not
-"no farther from float64 than eager": where the result depends on the dtype, as ``nan_to_num``'s replacement for
--inf does, float64's is far from both, and a wrong sign would pass.)
+Integers, booleans, shapes and dtypes must match exactly. Floating elements are judged by the suites' one rule
+(``suites/precision.py``): each element's distance to the float64 run of the same op, in ULPs of the output's dtype,
+at most k × eager's own distance + c (k and c per device and dtype, ``tolerances.py``); NaN/inf positions and signs
+of zero exactly as eager's. Where an element fails, the float64 run is repeated with the roundings of a float32 run
+drawn (``suites/rounding_noise.py``): a reduction's element that is a sum of much larger terms may be as far off as
+their rounding; and eager and float64 run again on inputs nudged to adjacent values: eager's own error there, where
+one lucky element is not its error; the rule is applied again with both. Compiled code more accurate than eager (a
+fused bf16 chain that rounds once) passes; a wrong value at one input fails, however small the value is.
 """
 
 from __future__ import annotations
@@ -15,36 +17,91 @@ from typing import Any
 
 import torch
 
+from .. import judging, precision, rounding_noise
 from ..module_runs import flatten_outputs
-from .tolerances import Tolerance
 
 Reference = Callable[[], list[Any] | None]  # the float64 run's output leaves, or None where there is none
 
 
-def difference(eager: Any, compiled: Any, tolerance_of: Callable[[torch.dtype], Tolerance], sample: Any,
-               reference: Reference, values_matter: bool = True) -> str | None:
+def difference(eager: Any, compiled: Any, bound_of: Callable[[torch.dtype], precision.Bound], sample: Any,
+               reference: Reference, values_matter: bool = True,
+               nearby: rounding_noise.Nearby | None = None) -> str | None:
     """None when ``compiled`` matches ``eager``; else what differs and where, with the inputs at that point."""
     eager_leaves = flatten_outputs(eager)
     compiled_leaves = [leaf for _path, leaf in flatten_outputs(compiled)]
     if len(eager_leaves) != len(compiled_leaves):
         return f"eager returned {len(eager_leaves)} values, compiled {len(compiled_leaves)}"
-    reference_leaves: list[Any] | None = None
+    run = _Float64(reference, nearby)
     for position, ((path, want), got) in enumerate(zip(eager_leaves, compiled_leaves, strict=True)):
         where = f"{path}: " if len(eager_leaves) > 1 else ""
         problem = _metadata_difference(want, got)
         if problem is None and values_matter and isinstance(want, torch.Tensor):
-            tolerance = tolerance_of(want.dtype.to_real() if want.is_complex() else want.dtype)
-            bad = _bad_elements(want, got, tolerance)
-            if bad.any() and want.is_floating_point():
-                reference_leaves = reference() if reference_leaves is None else reference_leaves
-                if reference_leaves is not None and position < len(reference_leaves):
-                    bad &= ~_close_to_exact(want, got, reference_leaves[position], tolerance)
-            if bad.any():
-                exact = reference_leaves[position] if reference_leaves and position < len(reference_leaves) else None
-                problem = _describe(want, got, bad, sample, exact, tolerance)
+            problem = _values_difference(want, got, bound_of, sample, run, position)
         if problem:
             return where + problem
     return None
+
+
+class _Float64:
+    """The sample's float64 run, its rounding noise and eager's error at nudged inputs, each computed once and only
+    when a judgement needs it."""
+
+    def __init__(self, reference: Reference, nearby: rounding_noise.Nearby | None) -> None:
+        self.reference, self._nearby = reference, nearby
+        self._leaves: list[Any] | None = None
+        self._noise: dict[torch.dtype, list[Any]] = {}
+        self._own: list[Any] | None = None
+
+    def leaf(self, position: int) -> torch.Tensor | None:
+        if self._leaves is None:
+            self._leaves = self.reference() or []
+        found = self._leaves[position] if position < len(self._leaves) else None
+        return found if isinstance(found, torch.Tensor) else None
+
+    def noise(self, position: int, dtype: torch.dtype) -> torch.Tensor | None:
+        if self.leaf(position) is None or self._leaves is None:
+            return None
+        if dtype not in self._noise:
+            self._noise[dtype] = rounding_noise.measure(self.reference, self._leaves, dtype)
+        return self._noise[dtype][position]
+
+    def parts(self, position: int, dtype: torch.dtype) -> Any:
+        if not precision.recording() or self.leaf(position) is None or self._leaves is None:
+            return (None, None)
+        return rounding_noise.parts(self.reference, self._leaves, dtype)[position]
+
+    def nearby(self, position: int) -> torch.Tensor | None:
+        if self.leaf(position) is None or self._leaves is None or self._nearby is None:
+            return None
+        if self._own is None:
+            self._own = rounding_noise.eager_nearby(self._nearby, len(self._leaves))
+        return self._own[position]
+
+
+def _values_difference(want: torch.Tensor, got: torch.Tensor, bound_of: Callable[[torch.dtype], precision.Bound],
+                       sample: Any, run: _Float64, position: int) -> str | None:
+    if not (want.is_floating_point() or want.is_complex()):
+        bad = (want.detach().cpu() != got.detach().cpu())
+        if not bool(bad.any()):
+            return None
+        flat = int(bad.reshape(-1).int().argmax())
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), want.shape)) if want.dim() else ()
+        point = f"[{', '.join(map(str, index))}]" if index else "the value"
+        text = (f"{int(bad.sum())} of {bad.numel()} elements differ (exact dtype); at {point}: eager "
+                f"{_item(want.detach().cpu(), index)}, compiled {_item(got.detach().cpu(), index)}")
+        inputs = _inputs_at(sample, want.shape, index)
+        return text + (f"; inputs there: {inputs}" if inputs else "")
+    if judging.identical(got, want):
+        return None
+    dtype = want.dtype.to_real() if want.is_complex() else want.dtype
+    bound = bound_of(dtype)
+    finding = precision.judge(got, want, run.leaf(position), bound)
+    if (finding is not None or precision.recording()) and run.leaf(position) is not None:
+        finding = precision.judge(got, want, run.leaf(position), bound, run.noise(position, dtype),
+                                  run.nearby(position), run.parts(position, dtype))
+    if finding is None:
+        return None
+    return finding.describe(_inputs_at(sample, want.shape, finding.index[: want.dim()]))
 
 
 def _metadata_difference(want: Any, got: Any) -> str | None:
@@ -58,44 +115,6 @@ def _metadata_difference(want: Any, got: Any) -> str | None:
     if want.shape != got.shape:
         return f"shape: eager {list(want.shape)}, compiled {list(got.shape)}"
     return None
-
-
-def _real(tensor: torch.Tensor) -> torch.Tensor:
-    return torch.view_as_real(tensor.resolve_conj()) if tensor.is_complex() else tensor
-
-
-def _bad_elements(want: torch.Tensor, got: torch.Tensor, tolerance: Tolerance) -> torch.Tensor:
-    want, got = _real(want.detach()).cpu(), _real(got.detach()).cpu()
-    if not want.is_floating_point():
-        return want != got
-    close = torch.isclose(got.double(), want.double(), rtol=tolerance.rtol, atol=tolerance.atol, equal_nan=True)
-    return ~close
-
-
-def _close_to_exact(want: torch.Tensor, got: torch.Tensor, exact: Any, tolerance: Tolerance) -> torch.Tensor:
-    if not isinstance(exact, torch.Tensor) or exact.shape != want.shape or exact.is_complex() != want.is_complex():
-        return torch.zeros(_real(want).shape, dtype=torch.bool)
-    rounded = _real(exact.detach().to(got.dtype)).cpu().double()
-    return torch.isclose(_real(got.detach()).cpu().double(), rounded, rtol=tolerance.rtol, atol=tolerance.atol,
-                         equal_nan=True)
-
-
-def _describe(want: torch.Tensor, got: torch.Tensor, bad: torch.Tensor, sample: Any, exact: Any,
-              tolerance: Tolerance) -> str:
-    want_r, got_r = _real(want.detach()).cpu(), _real(got.detach()).cpu()
-    distance = (got_r.double() - want_r.double()).abs().nan_to_num(nan=float("inf"))
-    distance = torch.where(bad, distance, torch.full_like(distance, -1.0))
-    flat = int(distance.flatten().argmax())
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), want_r.shape)) if want_r.dim() else ()
-    count = int(bad.sum())
-    point = f"[{', '.join(map(str, index))}]" if index else ""
-    text = (f"{count} of {bad.numel()} elements differ (tolerance atol={tolerance.atol:g}, rtol={tolerance.rtol:g}, "
-            f"{tolerance.source}); at {point or 'the value'}: eager {_item(want_r, index)}, compiled "
-            f"{_item(got_r, index)}")
-    if isinstance(exact, torch.Tensor) and exact.shape == want.shape:
-        text += f", float64 {_item(_real(exact.detach()).cpu(), index)}"
-    inputs = _inputs_at(sample, want.shape, index[: want.dim()])
-    return text + (f"; inputs there: {inputs}" if inputs else "")
 
 
 def _item(tensor: torch.Tensor, index: tuple[int, ...]) -> str:

@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
+from .. import precision, rounding_noise
 from ..module_runs import flatten_outputs, to_fp64
 from . import catalog, comparison, internals
-from .tolerances import Tolerance
 
 BATCH = 24
 _SEED = 0
@@ -50,7 +50,7 @@ class CaseRun:
     failures: tuple[SampleFailure, ...]
 
 
-def run_case(case: catalog.OpCase, device: str, tolerance_of: Callable[[torch.dtype], Tolerance]) -> CaseRun:
+def run_case(case: catalog.OpCase, device: str, bound_of: Callable[[torch.dtype], precision.Bound]) -> CaseRun:
     fn = case.op.op
     samples = catalog.samples(case, device)
     accepted = [index for index, sample in enumerate(samples) if _eager_accepts(fn, copy.deepcopy(sample))]
@@ -81,7 +81,10 @@ def run_case(case: catalog.OpCase, device: str, tolerance_of: Callable[[torch.dt
         else:
             eager, compiled = outcome
             reference = _float64_run(case, device, samples[index], isinstance(eager, dict))
-            problem = comparison.difference(eager, compiled, tolerance_of, samples[index], reference, values_matter)
+            nearby = _nearby_run(case, device, samples[index], isinstance(eager, dict))
+            with precision.labelled(f"sample {index}"):
+                problem = comparison.difference(eager, compiled, bound_of, samples[index], reference, values_matter,
+                                                nearby)
         if problem:
             failures.append(SampleFailure(index, catalog.describe_sample(samples[index]), problem))
     return CaseRun(len(samples), len(accepted), graphs, tuple(failures))
@@ -226,6 +229,26 @@ def _float64_run(case: catalog.OpCase, device: str, sample: Any, with_arguments:
         if with_arguments:
             result = _with_arguments(result, run64, frozenset(_arguments(*run64)))
         return [leaf for _path, leaf in flatten_outputs(result)]
+
+    return run
+
+
+def _nearby_run(case: catalog.OpCase, device: str, sample: Any, with_arguments: bool) -> rounding_noise.Nearby:
+    """Eager's and the float64 run's output leaves (shaped as ``_float64_run``'s) on the sample with its floating
+    inputs nudged to adjacent values (``rounding_noise.nudge``): eager's own error near the sample's inputs."""
+
+    def run(seed: int) -> tuple[list[Any], list[Any]] | None:
+        if not case.dtype.is_floating_point or torch.float64 not in case.op.supported_dtypes(device):
+            return None
+        nudged = rounding_noise.nudge(copy.deepcopy((sample.input, tuple(sample.args), dict(sample.kwargs))), seed)
+        runs = (copy.deepcopy(nudged), to_fp64(nudged))
+        results = []
+        for input_, args, kwargs in runs:
+            result = case.op.op(input_, *args, **kwargs)
+            if with_arguments:
+                result = _with_arguments(result, (input_, args, kwargs), frozenset(_arguments(input_, args, kwargs)))
+            results.append([leaf for _path, leaf in flatten_outputs(result)])
+        return results[0], results[1]
 
     return run
 

@@ -43,15 +43,14 @@ def test_compiler_target_installs(compiler_target: targets.DeclaredCallable | ta
 
 def test_op_matches_eager(case: catalog.OpCase, device: str, sweep_plan: plan.Plan,
                           record_property: pytest.RecordProperty) -> None:
-    tolerance_of = tolerances.for_case(case, device)
+    bound_of = tolerances.for_case(case, device)
     dtype = catalog.DTYPE_NAMES[case.dtype]
-    run = sweep.run_case(case, device, tolerance_of)
+    run = sweep.run_case(case, device, bound_of)
     record_property("samples", run.samples)
     record_property("samples_judged", run.judged)
     record_property("graphs", run.graphs)
     if case.dtype.is_floating_point:
-        tolerance = tolerance_of(case.dtype)
-        record_property("tolerance", f"atol={tolerance.atol:g} rtol={tolerance.rtol:g} ({tolerance.source})")
+        record_property("tolerance", tolerances.describe(bound_of, case.dtype))
     listed = known_failures.for_case(case.name, dtype, device)
     expected = [f for f in run.failures if any(k.covers(f.index) for k in listed)]
     unexpected = [f for f in run.failures if f not in expected]

@@ -1,5 +1,5 @@
 """The ops suite's pure parts, in process: how one sample is judged, how the scope is sharded, which upstream
-failures apply to which torch, and which tolerance an OpInfo declares."""
+failures apply to which torch, and which bound a case is held to."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from suites import precision
 from suites.ops import aim, comparison, known_failures
-from suites.ops.tolerances import Tolerance
 
 ROOT = Path(__file__).resolve().parents[2]
 
-FLOAT32 = Tolerance(1e-5, 1.3e-6, "assert_close default")
-BF16 = Tolerance(1e-5, 1.6e-2, "assert_close default")
+FLOAT32 = precision.Bound(2, 4)
+BF16 = precision.Bound(2, 2)
 
 
 def _sample(*tensors: torch.Tensor) -> SimpleNamespace:
@@ -38,7 +38,7 @@ def test_a_wrong_value_at_one_point_names_the_point_and_its_inputs() -> None:
     compiled[1] = float("inf")  # the sign of -0.0 lost
     problem = comparison.difference(eager, compiled, lambda dtype: FLOAT32, _sample(x), _no_reference)
     assert problem is not None
-    assert "1 of 4 elements differ" in problem and "at [1]: eager -inf, compiled inf" in problem, problem
+    assert "1 of 4 elements differ" in problem and "at [1]: compiled inf, eager -inf" in problem, problem
     assert "inputs there: input = -0.0" in problem, problem
 
 
@@ -108,17 +108,28 @@ def _op(name: str) -> object:
     return next(case for case in catalog.cases("cpu") if case.name == name and case.dtype == torch.float32)
 
 
+def test_small_values_are_judged_in_their_own_precision() -> None:
+    """Stock inductor's vectorised CPU expm1 is exp(x) - 1: 0 for 1e-8, within assert_close's atol = 1e-5 of eager's
+    1e-8, and 1.1e7 ULPs from it. A 1e-6 constant is 8 ULPs at 1 and caught; at 1e4 it is below the last place."""
+    x = torch.tensor([1e-8, 1e-4, 1.0])
+    exact = lambda: [torch.expm1(x.double())]  # noqa: E731
+    problem = comparison.difference(torch.expm1(x), torch.exp(x) - 1, lambda dtype: FLOAT32, _sample(x), exact)
+    assert problem is not None and problem.startswith("2 of 3 elements differ"), problem
+    assert "at [0]: compiled 0.0, eager 9.99999993922529e-09, float64 9.99999998922529e-09" in problem, problem
+    assert "inputs there: input = 9.99999993922529e-09" in problem, problem
+    offset = torch.tensor([1e-3, 1e4])
+    shifted = comparison.difference(offset, offset + 1e-6, lambda dtype: FLOAT32, _sample(offset),
+                                    lambda: [offset.double()])
+    assert shifted is not None and "1 of 2 elements differ" in shifted and "at [0]" in shifted, shifted
+
+
 @pytest.mark.filterwarnings("ignore")
-def test_tolerances_come_from_the_opinfo_where_it_declares_one() -> None:
+def test_the_bound_is_the_devices_and_dtypes_not_an_opinfo_declaration() -> None:
     from suites.ops import tolerances
 
-    declared = tolerances.for_case(_op("special.i1"), "cpu")(torch.float32)
-    default = tolerances.for_case(_op("atan2"), "cpu")(torch.float32)
-    assert default == Tolerance(1e-5, 1.3e-6, "assert_close default")
-    # It declares atol=1e-4, rtol=0: the rtol stays assert_close's, or the declaration would be the stricter one at
-    # the reference inputs' large values (special.i1 near 389 differed by 16 float32 ulps, 4.9e-4).
-    assert declared == Tolerance(1e-4, 1.3e-6, "declared by the OpInfo for TestInductorOpInfo.test_comprehensive, "
-                                               "no tighter than assert_close's default")
+    # special.i1 declares atol=1e-4, rtol=0 for PyTorch's own test: an absolute tolerance hides every error below it.
+    assert tolerances.for_case(_op("special.i1"), "cpu")(torch.float32) == precision.bound_for(torch.float32, "cpu")
+    assert tolerances.for_case(_op("atan2"), "cuda")(torch.bfloat16) == precision.BOUNDS["cuda", torch.bfloat16]
 
 
 @pytest.mark.filterwarnings("ignore")
@@ -164,7 +175,7 @@ def test_a_batch_over_its_time_budget_stops_the_case_and_leaves_torch_usable(
     from suites.ops import sweep
 
     case = _op("atan2")
-    tolerance_of = functools.partial(lambda _dtype: FLOAT32)
+    tolerance_of = functools.partial(lambda _dtype: precision.bound_for(_dtype, "cpu"))
     monkeypatch.setenv(sweep.BATCH_SECONDS_ENV, "0.01")
     handler = signal.getsignal(signal.SIGALRM)
     outer_delay = signal.getitimer(signal.ITIMER_REAL)[0]  # pytest-timeout's, where it runs with a signal
@@ -186,7 +197,7 @@ def test_uninitialized_memory_is_judged_on_dtype_and_shape_only() -> None:
 
     case = _op("empty_like")
     assert not case.values_matter and _op("zeros_like").values_matter
-    assert sweep.run_case(case, "cpu", lambda _dtype: FLOAT32).failures == ()
+    assert sweep.run_case(case, "cpu", lambda _dtype: precision.bound_for(_dtype, "cpu")).failures == ()
 
 
 SHARD_PLAN_PROBE = """

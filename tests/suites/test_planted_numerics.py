@@ -32,9 +32,10 @@ CANCELLATION = _ids(("layer_norm", "batch_norm"), ("offset",))
 # logits are uniform whatever the denormals, and eager bf16 GELU loses them itself (skipped, not caught). In bf16 only
 # the layers whose results are normal numbers computed from the flushed inputs: a bf16 result below bf16's smallest
 # normal may flush to zero (CPUs with AVX512-BF16 or AMX do, suites/judging.py), so the other four do not fail there.
+# Since issue 39's per-element rule, also softmax of logits thousands apart: some exp(x - max) are subnormal.
 FLUSHED = _ids(("rms_norm", "batch_norm", "sdpa", "attention", "gelu", "gelu_tanh", "silu"), ("tiny",)) | _ids(
     ("rms_norm", "batch_norm"), ("lowp_tiny",)
-)
+) | {"test_fragile_layer[softmax-large]"}
 # Layers whose bf16 results are all subnormal: they pass when the compiled graph flushes them. (sdpa too, but eager
 # calls the same kernel, which flushes in eager as well on such CPUs: skipped there as eager's failure.)
 LOWP_SUBNORMAL_RESULTS = _ids(("attention", "gelu_tanh", "silu"), ("lowp_tiny",))
