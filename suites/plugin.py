@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import sys
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,9 @@ class ArtifactWriter:
         # Imported here so that loading the plugin costs nothing for suites that never compile.
         from suites.capture import CompileCapture
 
+        if _replaying():  # a bisection's run of the test (suites/bisect_session.py): not the test's artifacts
+            yield
+            return
         capture = CompileCapture(self.root)
         with capture.active(getattr(item, "instance", None)):
             yield
@@ -145,6 +149,8 @@ class ArtifactWriter:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
+        if _replaying():
+            return
         if report.failed:
             where = target_location(item)
             if where:  # a <property> in the JUnit XML: the service annotates the target's definition
@@ -181,6 +187,11 @@ class ArtifactWriter:
             self.files.write(directory / "repro.py", _repro(item))
 
 
+def _replaying() -> bool:
+    module = sys.modules.get("suites.bisect_probe")
+    return module is not None and module.replaying()
+
+
 def record_environment(output_dir: Path) -> None:
     """Which torch and device really ran the job (the check run's summary), for the repository's own tests too."""
     import platform
@@ -212,3 +223,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(ProgressWriter(Path(output), files), "compile-ci-progress")
         config.pluginmanager.register(LogSections(config), "compile-ci-log-sections")
         sharding.register(config, Path(output))  # a shard's share, or tests left to their base results
+        if os.environ.get("COMPILE_CI_BISECT_SECONDS"):  # the job's failures bisected after its tests ran
+            from suites import bisect_session
+
+            bisect_session.register(config, Path(output))
