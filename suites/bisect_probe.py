@@ -1,8 +1,9 @@
 """What a run of a test judged, and a test run again in the same process: the question a bisection asks at every step.
 
 The question is the test's own compiled-vs-eager judgement, by the suites' own rule: ``suites.judging``'s
-``differences_from_reference`` (which ``assert_close_to_reference`` and every suite's declared-model judgement call)
-and the ops sweep's ``comparison.difference``. They are watched, not copied: each is wrapped where the suites call it
+``differences_from_reference`` (which ``assert_close_to_reference`` and every suite's declared-model judgement call),
+the ops sweep's ``comparison.difference``, and ``torch.testing.assert_close`` where a test compares compiled and eager
+exactly (the autograd suite's mutation checks). They are watched, not copied: each is wrapped where the suites call it
 (its module, and every module that imported it by name), and the wrapper calls it and notes whether it found a
 difference. A run is *wrong* when a judgement found one and the test failed, *right* when its judgements found none
 or the test did not fail (an expected upstream failure of the sweep), and *unjudged* when the test failed before any
@@ -24,10 +25,12 @@ import pytest
 
 from suites import bisect_torch
 
-# (module, function, whether its result says "differs"): the suites' judgements, as the suites call them.
+# (module, function, whether its result says "differs"): the suites' judgements, as the suites call them. The
+# exact comparisons of the autograd suite (and a repository's tests) are torch.testing.assert_close, which raises.
 JUDGEMENTS: tuple[tuple[str, str, Callable[[Any], bool]], ...] = (
     ("suites.judging", "differences_from_reference", bool),
     ("suites.ops.comparison", "difference", lambda found: found is not None),
+    ("torch.testing", "assert_close", lambda _returned: False),
 )
 WRONG, RIGHT, UNJUDGED = "wrong", "right", "unjudged"
 _MARK = "__compile_ci_judgement__"
@@ -51,14 +54,22 @@ def replaying() -> bool:
 def _watched(judgement: Callable[..., Any], differs: Callable[[Any], bool]) -> Callable[..., Any]:
     @functools.wraps(judgement)
     def judged(*args: Any, **kwargs: Any) -> Any:
-        found = judgement(*args, **kwargs)
-        for seen in _watching:
-            seen.calls += 1
-            seen.differed += bool(differs(found))
+        try:
+            found = judgement(*args, **kwargs)
+        except AssertionError:  # assert_close's way of saying "differs"
+            _note(True)
+            raise
+        _note(bool(differs(found)))
         return found
 
     setattr(judged, _MARK, judgement)
     return judged
+
+
+def _note(differed: bool) -> None:
+    for seen in _watching:
+        seen.calls += 1
+        seen.differed += differed
 
 
 def install() -> None:
@@ -128,6 +139,7 @@ def replay(item: pytest.Item) -> Replay:
 
     global _replaying, _expired
     started = time.monotonic()
+    bisect_torch.reset()  # the repository's own tests do not reset dynamo between tests as the suites do
     _replaying, _expired = True, False
     try:
         with watching() as seen, bisect_torch.counting_compiles() as compiles, bisect_torch.uncached():

@@ -89,6 +89,7 @@ class Search:
         self.item, self.budget, self.log = item, budget, log
         self.runs, self.slowest, self.reused = 0, 0.0, 0
         self.asked: dict[tuple[str, str, str], bool] = {}
+        self.pair: Suspect | None = None
 
     def run(self, label: str) -> Replay:
         if self.budget.left() < self.slowest:
@@ -97,7 +98,8 @@ class Search:
         self.runs += 1
         self.slowest = max(self.slowest, found.seconds)
         said = f": {found.said}" if found.outcome == UNJUDGED else ""
-        self.log(f"run {self.runs}, {label}: {found.outcome} ({found.seconds:.1f} s){said}")
+        self.log(f"run {self.runs}, {label}: {found.outcome} ({found.seconds:.1f} s; {found.graphs} graph(s) "
+                 f"compiled, {found.inductor} by inductor){said}")
         return found
 
     def step(self) -> bool:
@@ -162,6 +164,7 @@ def bisect(item: pytest.Item, budget: Budget, log: Callable[[str], None]) -> Fin
     finally:
         finish(item)
     finding.runs, finding.seconds = search.runs, time.monotonic() - started
+    finding.suspect = finding.suspect or search.pair  # told whatever became of the search
     return finding
 
 
@@ -173,7 +176,9 @@ def _bisect(search: Search) -> Finding:
         return Finding(INCONCLUSIVE, reason=f"run again, it failed before its judgement: {first.said}")
     if first.graphs == 0:
         return Finding(UNBISECTABLE, reason=NOT_COMPILED)
-    pair, _run = suspect(search.item, lambda item: search.run("with the repository's compiler changes taken out"))
+    pair, _run = suspect(search.item, lambda item: search.run("with the repository's compiler changes taken out"),
+                         search.log)
+    search.pair = pair
     search.log(f"suspect: {pair.verdict}: {pair.said}")
     try:
         result = bisect_torch.do_bisect(search.step, _Said(search.log))
@@ -201,9 +206,11 @@ def _checked(search: Search, result: object, pair: Suspect) -> Finding:
         with bisect_torch.naming(backend, name, number) as named, bisect_torch.at_point(backend, name, number):
             wrong = search.run(f"check: {backend}, {name} applied #0..#{number}")
         with bisect_torch.at_point(backend, name, number - 1):
-            right = search.run(f"check: {backend}, {name} applied #0..#{number - 1}")
+            right = search.run(f"check: {backend}, {name} applied #0..#{number - 1}" if number else
+                               f"check: {backend}, {name} never applied")
         debug = getattr(result, "debug_info", None)
         finding.names = named.said or ([str(debug)] if debug else [])
+        search.log(f"torch names application #{number} of {name}: {', '.join(finding.names) or 'nothing'}")
         finding.replay = f"TORCH_BISECT_BACKEND={backend} TORCH_BISECT_SUBSYSTEM={name} TORCH_BISECT_MAX={number}"
     else:
         before = _before(backend)

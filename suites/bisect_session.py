@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from suites import bisect_probe
+from suites import bisect_probe, compiler_surface
 from suites.bisect_search import BUDGET, Budget, Finding, bisect
 from suites.bisect_suspects import blamed
 from suites.naming import sanitise_nodeid
@@ -155,6 +155,12 @@ def one_line(result: dict[str, Any]) -> str:
     elif suspect.get("verdict") == "upstream":
         parts.append("red on stock torch too")
     return " · ".join(parts)
+
+
+def take_baseline() -> None:
+    """torch's compiler as torch defines it, which the suspect pair puts back: taken before the repository's code
+    runs (suites/plugin.py's import in a job, repro.py's start with --bisect)."""
+    compiler_surface.install()
 
 
 def register(config: pytest.Config, output_dir: Path | None) -> None:

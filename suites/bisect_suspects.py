@@ -19,6 +19,7 @@ from suites.bisect_probe import RIGHT, WRONG, Replay
 
 YOURS, UPSTREAM, UNKNOWN = "yours", "upstream", "unknown"
 MAX_LISTED = 5
+MAX_LOGGED = 50
 
 
 @dataclass(frozen=True)
@@ -33,12 +34,18 @@ class Suspect:
                 "changes": [{"place": place, "where": where} for place, where in self.changes], "said": self.said}
 
 
-def suspect(item: pytest.Item, replay: Callable[[pytest.Item], Replay]) -> tuple[Suspect, Replay | None]:
-    """The test judged once more with every change of the repository's to torch's compiler taken out."""
+def suspect(item: pytest.Item, replay: Callable[[pytest.Item], Replay],
+            log: Callable[[str], None] = lambda line: None) -> tuple[Suspect, Replay | None]:
+    """The test judged once more with every change of the repository's to torch's compiler taken out; each change
+    goes to ``log`` (at most MAX_LOGGED)."""
     try:
         changes = list(compiler_surface.changes())
     except Exception as exc:  # noqa: BLE001 - the fingerprint's own trouble must not cost the bisection
         return Suspect(UNKNOWN, 0, said=f"the repository's compiler changes could not be listed: {exc!r}"[:300]), None
+    for change in changes[:MAX_LOGGED]:
+        log(f"the repository's change to torch's compiler: {change.place} ({change.kind}) {change.where}".rstrip())
+    if len(changes) > MAX_LOGGED:
+        log(f"… and {len(changes) - MAX_LOGGED} more")
     listed = tuple((str(c.place), str(c.where)) for c in changes[:MAX_LISTED])
     if not changes:
         return Suspect(UPSTREAM, 0, said="red on stock torch: the repository changes nothing in torch's compiler"), None

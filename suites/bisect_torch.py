@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import os
 import re
 import sys
@@ -67,6 +68,13 @@ def backends() -> list[str]:
     return list(harness._optional(MODULE, "BACKENDS") or {})
 
 
+def reset() -> None:
+    """Forget every compiled frame, so the next run compiles again (under whatever the bisector says)."""
+    reset_dynamo = harness._optional("torch._dynamo", "reset")
+    if reset_dynamo is not None:
+        reset_dynamo()
+
+
 def current_point() -> tuple[str, str]:
     """(backend, subsystem) the bisector is at now ("" for none), between the runs of ``do_bisect``."""
     cls = bisector()
@@ -88,9 +96,14 @@ def do_bisect(fn: Callable[[], bool], said: TextIO) -> Any:
     try:
         return cls.do_bisect(fn)
     except Exception as exc:
-        # do_bisect cleans up as its frame goes, which the traceback would keep until much later
-        raise exc.with_traceback(None) from None
+        raise exc.with_traceback(None) from None  # see below: no traceback may keep its frame
     finally:
+        # do_bisect cleans up (bisection off, its state deleted) when its frame goes, and the traceback pytest keeps
+        # of the last failing run (sys.last_traceback) holds that frame: it would go in the middle of a later run.
+        for name in ("last_type", "last_value", "last_traceback", "last_exc"):
+            if hasattr(sys, name):
+                setattr(sys, name, None)
+        gc.collect()
         cls.bisection_enabled, cls.in_process_cache = enabled, cache
         del module.print  # type: ignore[attr-defined]
         _clear_env_cache()

@@ -34,6 +34,10 @@ if os.environ.get(OUTPUT_ENV):
     # conftest.py. Inductor's tables and override classes as torch defines them, so what the repository changes
     # in them keys the compile caches.
     compiler_surface.install()
+    if os.environ.get("COMPILE_CI_BISECT_SECONDS"):  # what the bisection's suspect pair puts back
+        from suites import bisect_session
+
+        bisect_session.take_baseline()
 
 
 def test_dir(output_dir: Path, nodeid: str) -> Path:
@@ -42,20 +46,23 @@ def test_dir(output_dir: Path, nodeid: str) -> Path:
 
 REPRO_TEMPLATE = '''"""Reproduce {nodeid} from a clone of the repository, on your machine.
 
-    python repro.py [PATH_TO_CLONE] [--output-code]
+    python repro.py [PATH_TO_CLONE] [--output-code] [--bisect]
 
 PATH_TO_CLONE: the repository at the job's commit (default: the current directory). Needs torch (the job ran
 {torch_version}), pytest{suites_hint} and the repository's [install] requirements: `compile-ci repro` with the
 job's page sets all of that up. It re-runs exactly this test with the job's device, declared targets and torch
-settings; --output-code also prints inductor's generated code (TORCH_LOGS=output_code), which the job's page shows.
+settings; --output-code also prints inductor's generated code (TORCH_LOGS=output_code), which the job's page shows;
+--bisect (needs compile-ci's suites, which `compile-ci repro` puts on the path) bisects the test when it fails, as
+the job did: torch's compiler bisector, judged by the test itself, and the repository's compiler changes taken out.
 """
 import os
 import sys
 
 import pytest
 
-OUTPUT_CODE = "--output-code" in sys.argv[1:]
-PATHS = [arg for arg in sys.argv[1:] if arg != "--output-code"]
+OPTIONS = ("--output-code", "--bisect")
+OUTPUT_CODE, BISECT = (option in sys.argv[1:] for option in OPTIONS)
+PATHS = [arg for arg in sys.argv[1:] if arg not in OPTIONS]
 CHECKOUT = os.path.abspath(PATHS[0] if PATHS else ".")
 os.environ.update({env})
 os.environ["COMPILE_CI_CHECKOUT"] = CHECKOUT
@@ -70,6 +77,12 @@ else:  # the repository's own test: as pytest would run it from the clone's root
     BASE = CHECKOUT
     ARGS = ["--rootdir", CHECKOUT]
     sys.path[:0] = [p for p in (CHECKOUT, os.path.join(CHECKOUT, "src")) if os.path.isdir(p)]
+if BISECT:  # an hour for it here (the job's was its budget); the baseline taken before the repository's code runs
+    os.environ.setdefault("COMPILE_CI_BISECT_SECONDS", "3600")
+    from suites import bisect_session
+
+    bisect_session.take_baseline()
+    ARGS += ["-p", "suites.bisect_session"]
 sys.exit(pytest.main([os.path.join(BASE, {path!r}) + {rest!r}, *ARGS, "-p", "no:cacheprovider"]))
 '''
 # Torch settings of the job that change what a test does, carried into the repro. Not the job's own: its cache paths,
