@@ -164,7 +164,8 @@ def bisect(item: pytest.Item, budget: Budget, log: Callable[[str], None]) -> Fin
     finally:
         finish(item)
     finding.runs, finding.seconds = search.runs, time.monotonic() - started
-    finding.suspect = finding.suspect or search.pair  # told whatever became of the search
+    # The suspect pair is told whatever became of the search, but not for a flaky test: one run of it proves nothing.
+    finding.suspect = None if finding.status == FLAKY else finding.suspect or search.pair
     return finding
 
 
@@ -185,14 +186,14 @@ def _bisect(search: Search) -> Finding:
     except Stop as stop:
         return Finding(stop.status, reason=stop.reason, suspect=pair)
     except RuntimeError as exc:  # torch's search found its own upper bound right: the test changed its mind
-        return Finding(FLAKY, reason=f"torch's bisector gave up: {exc}"[:400], suspect=pair)
+        return Finding(FLAKY, reason=f"torch's bisector gave up: {exc}"[:400])
     finally:
         if search.reused:
             search.log(f"({search.reused} of torch's questions were points it had asked before: answered from "
                        "those runs)")
     if result is None:
         return Finding(FLAKY, reason="wrong as the test ran, right under every backend of torch's bisector "
-                                     "(inductor included)", suspect=pair)
+                                     "(inductor included)")
     return _checked(search, result, pair)
 
 
@@ -227,8 +228,7 @@ def _checked(search: Search, result: object, pair: Suspect) -> Finding:
         finding.replay = f"TORCH_BISECT_BACKEND={backend}"
     if wrong.outcome != WRONG or (right is not None and right.outcome != RIGHT):
         return Finding(FLAKY, reason=f"torch's bisector pointed at {_point(finding)}, but run again there the test "
-                                     f"was {wrong.outcome}" + (f" and just before it {right.outcome}" if right else ""),
-                       suspect=pair)
+                                     f"was {wrong.outcome}" + (f" and just before it {right.outcome}" if right else ""))
     return finding
 
 

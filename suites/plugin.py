@@ -77,13 +77,14 @@ else:  # the repository's own test: as pytest would run it from the clone's root
     BASE = CHECKOUT
     ARGS = ["--rootdir", CHECKOUT]
     sys.path[:0] = [p for p in (CHECKOUT, os.path.join(CHECKOUT, "src")) if os.path.isdir(p)]
+PLUGINS = []
 if BISECT:  # an hour for it here (the job's was its budget); the baseline taken before the repository's code runs
     os.environ.setdefault("COMPILE_CI_BISECT_SECONDS", "3600")
     from suites import bisect_session
 
     bisect_session.take_baseline()
-    ARGS += ["-p", "suites.bisect_session"]
-sys.exit(pytest.main([os.path.join(BASE, {path!r}) + {rest!r}, *ARGS, "-p", "no:cacheprovider"]))
+    PLUGINS.append(bisect_session)
+sys.exit(pytest.main([os.path.join(BASE, {path!r}) + {rest!r}, *ARGS, "-p", "no:cacheprovider"], plugins=PLUGINS))
 '''
 # Torch settings of the job that change what a test does, carried into the repro. Not the job's own: its cache paths,
 # and TORCHINDUCTOR_VEC_ISA_OK, which says the runner's toolchain passed runners/isa_check.py, not the reader's.
