@@ -54,6 +54,7 @@ def replaying() -> bool:
 def _watched(judgement: Callable[..., Any], differs: Callable[[Any], bool]) -> Callable[..., Any]:
     @functools.wraps(judgement)
     def judged(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # the test's failure shows where the test judged, not this wrapper
         try:
             found = judgement(*args, **kwargs)
         except AssertionError:  # assert_close's way of saying "differs"

@@ -111,15 +111,14 @@ class Search:
             self.reused += 1
             return self.asked[key]
         found = self.run(_label(backend, subsystem, state))
-        if found.outcome == UNJUDGED:
-            raise Stop(INCONCLUSIVE, f"at {_label(backend, subsystem, state)} it failed before its judgement: "
-                                     f"{found.said}")
-        if found.graphs == 0:
+        if found.graphs == 0 and found.outcome != UNJUDGED:
             raise Stop(UNBISECTABLE, NOT_COMPILED)
         if backend != bisect_torch.INDUCTOR and found.inductor:
             raise Stop(UNBISECTABLE, f"asked for the {backend} backend, it still compiled {found.inductor} graph(s) "
                                      "with inductor (a compiled function made before the bisection, or inductor "
                                      "called directly), so torch's bisector cannot steer it")
+        # Failing before its judgement (a crash where a subsystem is off, a check of its own under another backend)
+        # is not right, as for torch's own bisector; the answer's check below says when it is all there is.
         self.asked[key] = found.outcome == RIGHT
         return self.asked[key]
 
@@ -226,6 +225,10 @@ def _checked(search: Search, result: object, pair: Suspect) -> Finding:
         with bisect_torch.at_point(backend):
             wrong = search.run(f"check: backend {backend}")
         finding.replay = f"TORCH_BISECT_BACKEND={backend}"
+    for run, where in ((wrong, "where"), (right, "and just before it")):
+        if run is not None and run.outcome == UNJUDGED:
+            return Finding(INCONCLUSIVE, reason=f"torch's bisector pointed at {_point(finding)}, {where} the test "
+                                                f"fails before its judgement: {run.said}", suspect=pair)
     if wrong.outcome != WRONG or (right is not None and right.outcome != RIGHT):
         return Finding(FLAKY, reason=f"torch's bisector pointed at {_point(finding)}, but run again there the test "
                                      f"was {wrong.outcome}" + (f" and just before it {right.outcome}" if right else ""))

@@ -106,13 +106,21 @@ class BisectSession:
                                                  "each); slower failing tests went first")
             else:
                 finding = bisect(candidate.item, budget, lines.append)
-            self._record(candidate.item.nodeid, finding, lines)
+            self._record(candidate.item, finding, lines)
         self._progress("", len(session.items))
 
-    def _record(self, nodeid: str, finding: Finding, lines: list[str]) -> None:
+    def _record(self, item: pytest.Item, finding: Finding, lines: list[str]) -> None:
+        nodeid = item.nodeid
         result = {"nodeid": nodeid, **finding.as_json()}
         culprit = blamed(finding.suspect, finding.names) if finding.suspect is not None else None
         result["place"], result["where"] = culprit if culprit is not None else ("", "")
+        declared = _declared_pass(item, finding)
+        if declared is not None:  # the hook's pass is the repository's: the suite installed it for the test
+            result["place"], result["where"] = declared
+            result["suspect"] = {"verdict": "yours", "count": 1, "changes": [{"place": declared[0],
+                                                                              "where": declared[1]}],
+                                 "said": "torch's bisector names a custom-pass hook, which holds what the test "
+                                         "installed there"}
         summary = one_line(result)
         lines.append(f"result: {summary}")
         self._say(f"{nodeid}: {summary}")
@@ -137,6 +145,20 @@ class BisectSession:
         print(f"compile-ci bisect: {text}", file=sys.stderr, flush=True)
 
 
+def _declared_pass(item: pytest.Item, finding: Finding) -> tuple[str, str] | None:
+    """(the custom-pass hook, where the repository's pass is) when torch's bisector names a custom-pass hook of
+    inductor's config: torch leaves those empty, so what runs there is what the test installed (a suite installs the
+    repository's declared pass inside the test, where no compiler change of the repository's, the suspect pair, is
+    seen). Where: the declared target the test exercises (the plugin's compile_ci_target property), if known."""
+    from suites.harness import CUSTOM_PASS_HOOKS
+
+    hooks = [name for name in finding.names if name in CUSTOM_PASS_HOOKS]
+    if finding.status != "found" or not hooks:
+        return None
+    where = dict(item.user_properties).get("compile_ci_target")
+    return f"torch._inductor.config.{hooks[0]}", where if isinstance(where, str) else ""
+
+
 def one_line(result: dict[str, Any]) -> str:
     """The answer in one line, as the job log says it (the service renders its own from bisect.json)."""
     parts = [f"{result.get('status')}: {result.get('reason')}"]
@@ -149,7 +171,8 @@ def one_line(result: dict[str, Any]) -> str:
             parts.append(" / ".join(result["names"]))
     suspect = result.get("suspect") or {}
     if result.get("place"):
-        parts.append(f"red only with your change to {result['place']} ({result['where']})")
+        where = f" ({result['where']})" if result.get("where") else ""
+        parts.append(f"red only with your change to {result['place']}{where}")
     elif suspect.get("verdict") == "yours":
         parts.append(f"red only with your changes ({suspect.get('count')})")
     elif suspect.get("verdict") == "upstream":

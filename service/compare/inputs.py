@@ -9,7 +9,7 @@ from pathlib import Path
 
 from runners.untrusted_files import read_head
 from service.compare import codediff
-from service.compare.bisection import Bisection
+from service.compare.bisection import Bisection, read_bisections
 from service.compare.budgets import Budgets, parse_budgets
 from service.compare.history import FLAKY_WINDOW, HistorySummary, KnownFlaky, known_flaky, summaries
 from service.compare.judgement import BaseInfo, BaseStatus, Judgement, judge
@@ -25,9 +25,13 @@ MAX_CODE_BYTES = 2_000_000  # per file: the job wrote it; a larger one is compar
 def judge_job(store: Store, artifacts_dir: Path, run: Run, job: Job, results: list[TestResult],
               job_url: Callable[[str], str], culprits: Mapping[str, Bisection] | None = None) -> Judgement | None:
     """None for a run that has no base (a push, a base run, a pull request opened before bases were kept).
-    `culprits`: the failing tests' bisections (service/compare/bisection.py)."""
+    `culprits`: the failing tests' bisections (service/compare/bisection.py), read from the job's files if not
+    given."""
     if run.trigger != "pull_request" or not run.base_sha or run.base_sha == NULL_SHA:
         return None
+    if culprits is None:
+        culprits = read_bisections(artifacts_dir / run.id / job.id / str(job.attempt) / "tests",
+                                   [r.nodeid for r in results if r.outcome in ("failed", "error")])
     flaky, history = history_of(store, run, job, results)
     base_run = store.get_run(run.base_run_id) if run.base_run_id else None
     kind = "push run" if base_run is not None and base_run.trigger == "push" else "base run"
