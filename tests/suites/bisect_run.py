@@ -4,6 +4,7 @@ bisect.json and bisect.log beside its artifacts."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from .repo_run import RepoRun, run_repo_tests
 from .suite_run import REPO, SuiteRun, run_suite
 
 PLANTED = REPO / "tests" / "suites" / "planted"
+# The device the planted proofs run on: cpu here; COMPILE_CI_TEST_DEVICE=cuda on a GPU host (docs/suites.md).
+DEVICE_ENV = "COMPILE_CI_TEST_DEVICE"
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,9 @@ class Bisected:
         path = self.out / "tests" / sanitise_nodeid(nodeid) / "bisect.json"
         return json.loads(path.read_text()) if path.exists() else None
 
+    def results(self) -> list[dict[str, Any]]:
+        return [json.loads(path.read_text()) for path in sorted((self.out / "tests").glob("*/bisect.json"))]
+
     def log(self, nodeid: str) -> str:
         return (self.out / "tests" / sanitise_nodeid(nodeid) / "bisect.log").read_text()
 
@@ -34,12 +40,13 @@ class Bisected:
         return f"{self.run.describe()}\n--- bisections ---\n{json.dumps(results, indent=1)}\n{logs[-6000:]}"
 
 
-def bisect_suite(suite: str, selection: str, work: Path, plant: str, seconds: int = 300, timeout: int = 900,
+def bisect_suite(suite: str, selection: str, work: Path, plant: str | None, seconds: int = 300, timeout: int = 900,
                  extra_env: dict[str, str] | None = None) -> Bisected:
-    """The suite with a planted bug, as a job (the artifacts plugin) that bisects for up to ``seconds``."""
+    """The suite (with a planted bug), as a job (the artifacts plugin) that bisects for up to ``seconds``."""
     work.mkdir(parents=True, exist_ok=True)
     env = {"COMPILE_CI_OUTPUT_DIR": str(work / "out"), "COMPILE_CI_BISECT_SECONDS": str(seconds),
-           "PYTEST_ADDOPTS": f"-p tests.suites.planted.{plant}", **(extra_env or {})}
+           **({"PYTEST_ADDOPTS": f"-p tests.suites.planted.{plant}"} if plant else {}),
+           "COMPILE_CI_DEVICE": os.environ.get(DEVICE_ENV, "cpu"), **(extra_env or {})}
     run = run_suite(suite, selection, work, plugin="suites.plugin", timeout=timeout, extra_env=env)
     return Bisected(run, work / "out")
 

@@ -202,3 +202,48 @@ def test_compile_ci_repro_passes_bisect_on_and_refuses_an_older_repro(tmp_path: 
     script.write_text('OUTPUT_CODE = "--output-code" in sys.argv[1:]\n')  # a job's repro.py from before
     with pytest.raises(ReproError, match="written before compile-ci could bisect"):
         _command(script, tmp_path, None, False, bisect=True)
+
+
+def test_a_planted_aot_autograd_bug_is_wrong_from_aot_eager(tmp_path: Path) -> None:
+    # AOT autograd drops the copy of a mutated input back into the caller's tensor: wrong from the first backend
+    # that runs AOT autograd, with the plant's three replacements among the repository's changes.
+    test = "autograd/test_autograd_mutation.py::test_input_mutation_reaches_caller[inference-aot_eager]"
+    bisected = bisect_suite("autograd", "test_input_mutation_reaches_caller and inference and aot_eager", tmp_path,
+                            "lost_input_mutation")
+    found = bisected.result(test)
+    assert found is not None and (found["status"], found["backend"]) == ("found", "aot_eager"), bisected.describe()
+    places = {change["place"] for change in found["suspect"]["changes"]}
+    assert found["suspect"]["verdict"] == "yours" and \
+        "torch._functorch._aot_autograd.graph_capture_wrappers.apply_in_graph_mutations" in places, found
+
+
+BAD_PASS = '''
+import torch
+
+
+def add_to_sub(graph):
+    """Post-grad: every addition becomes a subtraction (a rewrite with the sign wrong)."""
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.aten.add.Tensor:
+            node.target = torch.ops.aten.sub.Tensor
+'''
+
+
+def test_a_declared_pass_is_named_on_its_hook_with_its_line(tmp_path: Path) -> None:
+    # The passes suite installs the repository's declared pass inside the test, so it is no change to torch's
+    # compiler outside it: the hook torch's bisector names is the pass's, and the test names the pass.
+    repo = tmp_path / "repo"
+    (repo / "badpass").mkdir(parents=True)
+    (repo / "badpass" / "__init__.py").write_text("")
+    (repo / "badpass" / "passes.py").write_text(BAD_PASS)
+    env = {"COMPILE_CI_TARGETS": json.dumps({"post_grad_passes": ["badpass.passes:add_to_sub"]}),
+           "COMPILE_CI_CHECKOUT": str(repo)}
+    bisected = bisect_suite("passes", "test_declared_pass and conv_block", tmp_path / "work", None, extra_env=env)
+    assert len(bisected.results()) == 1, bisected.describe()
+    (found,) = bisected.results()
+    assert (found["status"], found["backend"], found["subsystem"]) == ("found", "inductor", "post_grad_passes"), \
+        bisected.describe()
+    assert "post_grad_custom_post_pass" in found["names"], found
+    line = line_of(repo / "badpass" / "passes.py", "def add_to_sub")
+    assert (found["place"], found["where"]) == ("torch._inductor.config.post_grad_custom_post_pass",
+                                                f"badpass/passes.py:{line}"), found
