@@ -20,6 +20,7 @@ from service.store import Store
 from service.web.app import create_app
 from suites.naming import sanitise_nodeid
 from tests.integration.test_base_compare_torch import (  # noqa: F401 - fixtures
+    REWRITING_PASS,
     await_compared,
     open_pr,
     repo,
@@ -28,19 +29,8 @@ from tests.integration.test_base_compare_torch import (  # noqa: F401 - fixtures
 )
 
 pytestmark = pytest.mark.e2e
-WRONG_PASS = '''
-import torch
-
-
-def double_add_to_mul(graph):
-    """Post-grad: x + x becomes x * 3 (the factor wrong)."""
-    for node in list(graph.nodes):
-        if node.target is torch.ops.aten.add.Tensor and len(node.args) == 2 and node.args[0] is node.args[1]:
-            with graph.inserting_before(node):
-                tripled = graph.call_function(torch.ops.aten.mul.Tensor, (node.args[0], 3))
-            node.replace_all_uses_with(tripled)
-            graph.erase_node(node)
-'''
+# The base's pass rewritten as pull request 42 of test_base_compare_torch has it (x + x -> x * 2), the factor wrong.
+WRONG_PASS = REWRITING_PASS.replace("(node.args[0], 2)", "(node.args[0], 3)")
 TEST = "test_declared.py::test_declared_model[residual]"
 LINE = ("wrong from `inductor` · `post_grad_passes #{number}` (`post_grad_custom_post_pass`) · red only with your "
         "change to `torch._inductor.config.post_grad_custom_post_pass`")

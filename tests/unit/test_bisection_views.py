@@ -71,8 +71,8 @@ def _shown(tests: Path, base_outcome: str = "passed") -> tuple[Page, Page, Page]
 def test_a_culprit_is_one_line_where_the_maintainer_looks(tmp_path: Path) -> None:
     _left(tmp_path, FOUND)
     for page in _shown(tmp_path):
-        assert "wrong from inductor · post_grad_passes #17 (post_grad_custom_post_pass) · red only with your change to " \
-               f"{PLACE} (your_pkg/passes.py:42)" in page.visible, page.visible
+        assert ("wrong from inductor · post_grad_passes #17 (post_grad_custom_post_pass) · red only with your change "
+                f"to {PLACE} (your_pkg/passes.py:42)") in page.visible, page.visible
         # "#17" in code: outside it GitHub would link issue 17
         assert {"inductor", "post_grad_passes #17", PLACE, "your_pkg/passes.py:42"} <= set(page.codes)
 
