@@ -17,13 +17,15 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
-from suites import bisect_session
+from suites import bisect_session, bisect_torch
 from suites.naming import sanitise_nodeid
 
 from .bisect_run import PLANTED, Bisected, bisect_repo, bisect_suite, line_of
 from .suite_run import REPO
 
+pytestmark = pytest.mark.skipif(bool(bisect_torch.unavailable()), reason=bisect_torch.unavailable() or "-")
 STACK = REPO / "tests" / "suites" / "bisect_repo"
 TESTS = "tests/test_stack.py::"
 
@@ -247,3 +249,11 @@ def test_a_declared_pass_is_named_on_its_hook_with_its_line(tmp_path: Path) -> N
     line = line_of(repo / "badpass" / "passes.py", "def add_to_sub")
     assert (found["place"], found["where"]) == ("torch._inductor.config.post_grad_custom_post_pass",
                                                 f"badpass/passes.py:{line}"), found
+
+
+def test_a_torch_without_the_bisector_is_said_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch._inductor.compiler_bisector as module
+
+    monkeypatch.delattr(module, "CompilerBisector")
+    assert bisect_torch.unavailable() == f"torch {torch.__version__} has no {bisect_torch.MODULE}.CompilerBisector"
+    assert bisect_torch.subsystems("inductor") and bisect_torch.bisector() is None

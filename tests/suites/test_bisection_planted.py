@@ -15,9 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from suites import bisect_torch
+
 from .bisect_run import DEVICE_ENV, PLANTED, bisect_suite, line_of
 
-pytestmark = pytest.mark.heavy
+pytestmark = [pytest.mark.heavy,
+              pytest.mark.skipif(bool(bisect_torch.unavailable()), reason=bisect_torch.unavailable() or "-")]
 ARCHITECTURE = "correctness/test_breadth_models.py::test_architecture_matches_eager_forward_and_backward"
 FRAGILE = "correctness/test_correctness_numerics.py::test_fragile_layer"
 
