@@ -91,12 +91,13 @@ def install() -> None:
         original = getattr(current, _MARK, current)
         wrapped = current if hasattr(current, _MARK) else _watched(original, differs)
         for loaded in list(sys.modules.values()):
-            namespace = getattr(loaded, "__dict__", None)
-            if not isinstance(namespace, dict):
+            try:  # whatever a package put in sys.modules (lazy modules, proxies)
+                namespace = vars(loaded)
+                for key, value in list(namespace.items()):
+                    if value is original:
+                        namespace[key] = wrapped
+            except Exception:  # noqa: BLE001, S112 - not a module we could rebind in: it cannot call the judgement
                 continue
-            for key, value in list(namespace.items()):
-                if value is original:
-                    namespace[key] = wrapped
 
 
 @contextlib.contextmanager

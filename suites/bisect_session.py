@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from suites import bisect_probe, compiler_surface
-from suites.bisect_search import BUDGET, Budget, Finding, bisect
+from suites.bisect_search import BUDGET, UNBISECTABLE, Budget, Finding, bisect
 from suites.bisect_suspects import blamed
 from suites.naming import sanitise_nodeid
 
@@ -35,6 +35,7 @@ RESULT_FILE, LOG_FILE = "bisect.json", "bisect.log"
 DEADLINE_MARGIN_S = 30.0  # kept for writing the files and ending the process before the runner's limit
 MIN_RUNS = 6  # a bisection needs at least this many runs of the test (torch's backends, the checks)
 PLUGIN_NAME = "compile-ci-bisect"
+NOT_BISECTABLE = "NOT_BISECTABLE"  # a test module's reason its failures cannot be bisected in this process
 
 
 def budget_from(environ: dict[str, str] | os._Environ[str]) -> float:
@@ -99,7 +100,10 @@ class BisectSession:
         for candidate in order:
             self._progress(candidate.item.nodeid, len(session.items))
             lines: list[str] = [f"bisecting {candidate.item.nodeid} (its failing run took {candidate.seconds:.1f} s)"]
-            if budget.left() < MIN_RUNS * candidate.seconds or budget.left() <= 0:
+            why = getattr(getattr(candidate.item, "module", None), NOT_BISECTABLE, None)
+            if isinstance(why, str):  # a test module that knows it cannot be steered says why (no run is spent)
+                finding = Finding(UNBISECTABLE, reason=why)
+            elif budget.left() < MIN_RUNS * candidate.seconds or budget.left() <= 0:
                 finding = Finding(BUDGET, reason=f"not bisected: {max(budget.left(), 0):.0f} s of the job's "
                                                  f"{self.seconds:.0f} s for bisecting were left, and a bisection runs "
                                                  f"this test at least {MIN_RUNS} times ({candidate.seconds:.1f} s "
