@@ -79,6 +79,7 @@ def test_a_failure_that_is_no_compiled_judgement_is_not_bisected(stack: Bisected
 def test_the_tests_own_artifacts_and_results_are_the_first_runs(stack: Bisected) -> None:
     # Written before the bisection and never by its runs: the junit outcomes, metrics.json and repro.py.
     assert {name: stack.run.outcome(name) for name in stack.run.cases} == dict.fromkeys(stack.run.cases, "failed")
+    assert len(stack.run.cases) == 7
     for nodeid in (f"{TESTS}test_reciprocal_of_negative_zero", f"{TESTS}test_wrong_only_the_first_time"):
         metrics = stack.run.metrics(nodeid)
         assert metrics["outcome"] == "failed" and metrics["reruns"] == [], metrics
@@ -257,3 +258,9 @@ def test_a_torch_without_the_bisector_is_said_so(monkeypatch: pytest.MonkeyPatch
     monkeypatch.delattr(module, "CompilerBisector")
     assert bisect_torch.unavailable() == f"torch {torch.__version__} has no {bisect_torch.MODULE}.CompilerBisector"
     assert bisect_torch.subsystems("inductor") and bisect_torch.bisector() is None
+
+
+def test_a_module_that_cannot_be_steered_says_why_and_spends_no_run(stack: Bisected) -> None:
+    found = stack.result("tests/test_ranks.py::test_compiled_elsewhere")
+    assert found is not None and found["status"] == "unbisectable", stack.describe()
+    assert found["reason"] == "its compiled steps run in other processes" and found["runs"] == 0, found
