@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from suites import bisect_probe, compiler_surface
-from suites.bisect_search import BUDGET, UNBISECTABLE, Budget, Finding, bisect
+from suites.bisect_search import BUDGET, INCONCLUSIVE, UNBISECTABLE, Budget, Finding, bisect
 from suites.bisect_suspects import blamed
 from suites.naming import sanitise_nodeid
 
@@ -92,6 +92,12 @@ class BisectSession:
 
     @pytest.hookimpl(trylast=True)  # after junit.xml is written: a bisection never delays or changes the results
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        try:
+            self._bisect_all(session)
+        except Exception as exc:  # noqa: BLE001 - pytest's exit status (the job's verdict) is not the bisection's
+            self._say(f"the bisection stopped: {type(exc).__name__}: {exc}"[:500])
+
+    def _bisect_all(self, session: pytest.Session) -> None:
         if not self.candidates:
             return
         budget = Budget(self.seconds)
@@ -109,7 +115,11 @@ class BisectSession:
                                                  f"this test at least {MIN_RUNS} times ({candidate.seconds:.1f} s "
                                                  "each); slower failing tests went first")
             else:
-                finding = bisect(candidate.item, budget, lines.append)
+                try:
+                    finding = bisect(candidate.item, budget, lines.append)
+                except Exception as exc:  # noqa: BLE001 - torch's bisector or the test's teardown broke: said, not guessed
+                    finding = Finding(INCONCLUSIVE, reason=f"the bisection itself failed: {type(exc).__name__}: "
+                                                           f"{exc}"[:400])
             self._record(candidate.item, finding, lines)
         self._progress("", len(session.items))
 

@@ -125,34 +125,61 @@ import torch
 
 RUNS = [0]
 
-def test_slow_when_run_again():
+def test_it():
     RUNS[0] += 1
     time.sleep({first} if RUNS[0] == 1 else {again})
     assert_close_to_reference(torch.ones(3), torch.zeros(3), torch.zeros(3, dtype=torch.float64))
 '''
 
 
-def _budgeted(tmp_path: Path, seconds: str, first: float, again: float) -> tuple[dict[str, object], float]:
-    (tmp_path / "test_budget.py").write_text(JUDGED_WITHOUT_COMPILING.format(first=first, again=again))
+def _job(tmp_path: Path, source: str, seconds: str) -> tuple[dict[str, object], float, int]:
+    """A one-test job (test_one.py::test_it) that bisects for ``seconds``: its bisect.json, its time, its exit code."""
+    (tmp_path / "test_one.py").write_text(source)
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("COMPILE_CI_")}, "PYTHONPATH": str(REPO),
            "COMPILE_CI_OUTPUT_DIR": str(tmp_path / "out"), "COMPILE_CI_BISECT_SECONDS": seconds}
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "suites.pytest_entry", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
-                    "test_budget.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
-    result = tmp_path / "out" / "tests" / sanitise_nodeid("test_budget.py::test_slow_when_run_again") / "bisect.json"
-    return json.loads(result.read_text()), time.monotonic() - started
+    done = subprocess.run([sys.executable, "-m", "suites.pytest_entry", "-q", "-p", "no:cacheprovider", "-p",
+                           "suites.plugin", "test_one.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    result = tmp_path / "out" / "tests" / sanitise_nodeid("test_one.py::test_it") / "bisect.json"
+    return json.loads(result.read_text()), time.monotonic() - started, done.returncode
 
 
 def test_a_bisection_out_of_time_mid_run_says_so_and_names_nothing(tmp_path: Path) -> None:
     # Its first run again would take 120 s: the budget's alarm stops it at 3 s.
-    found, took = _budgeted(tmp_path, "3", 0, 120)
+    found, took, _code = _job(tmp_path, JUDGED_WITHOUT_COMPILING.format(first=0, again=120), "3")
     assert found["status"] == "budget" and "ran out after 0 run(s)" in str(found["reason"]), found
     assert found["backend"] == "" and found["place"] == "" and took < 90, (found, took)
 
 
 def test_a_test_too_slow_for_what_is_left_is_not_started(tmp_path: Path) -> None:
-    found, _took = _budgeted(tmp_path, "2", 1, 0)
+    found, _took, _code = _job(tmp_path, JUDGED_WITHOUT_COMPILING.format(first=1, again=0), "2")
     assert found["status"] == "budget" and str(found["reason"]).startswith("not bisected: 2 s of the job's 2 s"), found
+
+
+BREAKS_THE_BISECTOR = '''
+import torch
+from torch._inductor.compiler_bisector import CompilerBisector
+
+RUNS = [0]
+
+def broken(cls, fn):
+    raise ValueError("the bisector broke")
+
+def test_it():
+    RUNS[0] += 1
+    if RUNS[0] > 1:
+        CompilerBisector.do_bisect = classmethod(broken)
+    x = torch.randn(4)
+    torch.testing.assert_close(torch.compile(torch.sin)(x) + 1, torch.sin(x))
+'''
+
+
+def test_a_bisection_that_breaks_is_said_and_the_jobs_outcome_stays_the_tests(tmp_path: Path) -> None:
+    found, _took, code = _job(tmp_path, BREAKS_THE_BISECTOR, "120")
+    assert found["status"] == "inconclusive" and found["reason"] == \
+        "the bisection itself failed: ValueError: the bisector broke", found
+    assert code == 1  # pytest's "tests failed", not an internal error
 
 
 @pytest.mark.parametrize(("environ", "seconds"), [
