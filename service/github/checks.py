@@ -209,7 +209,9 @@ def _failure_text(failures: Sequence[TestResult], culprits: Mapping[str, Bisecti
     for r in failures:
         culprit, verdict = culprits.get(r.nodeid), verdicts.get(r.nodeid)
         at_base = True if verdict == Verdict.FAILING_AT_BASE else False if verdict == Verdict.NEW_FAILURE else None
-        line = f"Bisected: {bisection.markdown(culprit, at_base)}\n\n" if culprit is not None else ""
+        # "Bisected: wrong from …"; without a culprit the words say so themselves ("bisection flaky: …")
+        line = "" if culprit is None else f"{'Bisected: ' if culprit.found else ''}" \
+            f"{bisection.markdown(culprit, at_base)}\n\n"
         blocks.append(f"### {code_span(r.nodeid, limit=500)}\n\n{line}"
                       f"{code_block(r.details or r.message, limit=MAX_DETAILS)}")
     return "\n\n".join(blocks)
