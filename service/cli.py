@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
                        help="run against the clone's files as they are, whatever commit (or no git) they are")
     repro.add_argument("--output-code", action="store_true",
                        help="also print inductor's generated code (TORCH_LOGS=output_code; the job page has it)")
+    repro.add_argument("--bisect", action="store_true",
+                       help="bisect the test when it fails, as the job did (torch's compiler bisector, judged by the "
+                            "test itself; the test page shows the job's bisection)")
     args = parser.parse_args(argv)
 
     if args.command == "sandbox":
@@ -115,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             return run_repro(args.job, args.test, args.clone, args.url, checkout=not args.no_checkout,
-                             any_commit=args.any_commit, output_code=args.output_code)
+                             any_commit=args.any_commit, output_code=args.output_code, bisect=args.bisect)
         except ReproError as exc:
             print(f"compile-ci repro: {exc}", file=sys.stderr)
             return 2

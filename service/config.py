@@ -104,6 +104,8 @@ class Settings:
     cache_cap_mb: int = 4096
     # A job's output directory (generated code, junit, metrics) is capped at this while it runs (a tmpfs in Docker).
     output_mb: int = 1024
+    # After its tests ran, a job bisects its compiled-vs-eager failures for at most this long (0: never).
+    bisect_seconds: int = 120
     delivery_ttl_seconds: int = 7 * 24 * 3600
     # Live progress of a running job is PATCHed at most this often (GitHub's secondary rate limits).
     progress_interval_seconds: int = 10
@@ -281,6 +283,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         pip_extra_index_urls=_index_urls(env, "PIP_EXTRA_INDEX_URLS", problems),
         cache_cap_mb=_int(env, "CACHE_CAP_MB", 4096, problems),
         output_mb=_int(env, "OUTPUT_MB", 1024, problems, minimum=16),
+        bisect_seconds=_int(env, "BISECT_SECONDS", 120, problems, minimum=0),
         delivery_ttl_seconds=_int(env, "DELIVERY_TTL_SECONDS", 7 * 24 * 3600, problems),
         progress_interval_seconds=_int(env, "PROGRESS_INTERVAL_SECONDS", 10, problems),
         reaper_interval_seconds=_int(env, "REAPER_INTERVAL_SECONDS", 10, problems),

@@ -104,7 +104,8 @@ def _torch_note(job_torch: str) -> str | None:
 
 
 def run_repro(target: str, test: str | None, clone: Path, base_url: str = "", *, checkout: bool = True,
-              any_commit: bool = False, output_code: bool = False, work: Path | None = None) -> int:
+              any_commit: bool = False, output_code: bool = False, bisect: bool = False,
+              work: Path | None = None) -> int:
     if not clone.exists():
         raise ReproError(f"--clone {clone}: no such directory (the clone of the repository; default: here)")
     if not clone.is_dir():
@@ -135,15 +136,16 @@ def run_repro(target: str, test: str | None, clone: Path, base_url: str = "", *,
     note = _torch_note(str(info.get("torch_version") or ""))
     if note:
         _say(note)
-    command, env = _command(script, clone, site, output_code)
+    command, env = _command(script, clone, site, output_code, bisect)
     shown = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()), *map(shlex.quote, command)])
     _say(f"running it; to run it again (offline, nothing to set up):\n  cd {shlex.quote(str(clone))} && {shown}")
     return subprocess.call(command, cwd=clone, env={**os.environ, **env})
 
 
-def _command(script: Path, clone: Path, site: Path | None, output_code: bool) -> tuple[list[str], dict[str, str]]:
+def _command(script: Path, clone: Path, site: Path | None, output_code: bool,
+             bisect: bool = False) -> tuple[list[str], dict[str, str]]:
     """The command and the variables it needs beyond the developer's own: the job's wheels first on the path, and
-    compile-ci's suites (a built-in suite's test file lives there)."""
+    compile-ci's suites (a built-in suite's test file lives there, and the bisection)."""
     import suites
 
     paths = [str(site)] if site is not None else []
@@ -153,4 +155,8 @@ def _command(script: Path, clone: Path, site: Path | None, output_code: bool) ->
     text = script.read_text(errors="replace")
     if not output_code and "--output-code" not in text and "TORCH_LOGS" in text:
         env["TORCH_LOGS"] = ""  # a repro.py from before the opt-in turns the generated code's logging on itself
-    return [sys.executable, str(script), str(clone), *(["--output-code"] if output_code else [])], env
+    if bisect and "--bisect" not in text:  # it would take the flag for the clone's path
+        raise ReproError("this job's repro.py was written before compile-ci could bisect: run it again without "
+                         "--bisect (or re-run the job)")
+    options = [*(["--output-code"] if output_code else []), *(["--bisect"] if bisect else [])]
+    return [sys.executable, str(script), str(clone), *options], env

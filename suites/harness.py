@@ -247,8 +247,11 @@ def record_decompositions(record: Callable[[Any], None]) -> bool:
     if module is None or not hasattr(module, "decompositions"):
         return False
     tables = [module.decompositions]
-    if hasattr(module, "fast_random_decomps"):  # a cached copy with the random decompositions added
-        tables.append(module.fast_random_decomps())
+    made = getattr(module, "fast_random_decomps", None)  # a cached copy with the random decompositions added
+    if made is not None and getattr(made, "cache_info", lambda: None)() is not None and made.cache_info().currsize:
+        tables.append(made())  # made already: it copied the entries before they were wrapped
+    # Not made here otherwise: inductor copies the table at its first compile, so a repository's decomposition
+    # installed after this call (a plugin's pytest_configure) would be missing from it.
 
     def wrap(op: Any, fn: Callable[..., Any]) -> Callable[..., Any]:
         def decomposed(*args: Any, **kwargs: Any) -> Any:

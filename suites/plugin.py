@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import sys
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,10 @@ if os.environ.get(OUTPUT_ENV):
     # conftest.py. Inductor's tables and override classes as torch defines them, so what the repository changes
     # in them keys the compile caches.
     compiler_surface.install()
+    if os.environ.get("COMPILE_CI_BISECT_SECONDS"):  # what the bisection's suspect pair puts back
+        from suites import bisect_session
+
+        bisect_session.take_baseline()
 
 
 def test_dir(output_dir: Path, nodeid: str) -> Path:
@@ -41,20 +46,23 @@ def test_dir(output_dir: Path, nodeid: str) -> Path:
 
 REPRO_TEMPLATE = '''"""Reproduce {nodeid} from a clone of the repository, on your machine.
 
-    python repro.py [PATH_TO_CLONE] [--output-code]
+    python repro.py [PATH_TO_CLONE] [--output-code] [--bisect]
 
 PATH_TO_CLONE: the repository at the job's commit (default: the current directory). Needs torch (the job ran
 {torch_version}), pytest{suites_hint} and the repository's [install] requirements: `compile-ci repro` with the
 job's page sets all of that up. It re-runs exactly this test with the job's device, declared targets and torch
-settings; --output-code also prints inductor's generated code (TORCH_LOGS=output_code), which the job's page shows.
+settings; --output-code also prints inductor's generated code (TORCH_LOGS=output_code), which the job's page shows;
+--bisect (needs compile-ci's suites, which `compile-ci repro` puts on the path) bisects the test when it fails, as
+the job did: torch's compiler bisector, judged by the test itself, and the repository's compiler changes taken out.
 """
 import os
 import sys
 
 import pytest
 
-OUTPUT_CODE = "--output-code" in sys.argv[1:]
-PATHS = [arg for arg in sys.argv[1:] if arg != "--output-code"]
+OPTIONS = ("--output-code", "--bisect")
+OUTPUT_CODE, BISECT = (option in sys.argv[1:] for option in OPTIONS)
+PATHS = [arg for arg in sys.argv[1:] if arg not in OPTIONS]
 CHECKOUT = os.path.abspath(PATHS[0] if PATHS else ".")
 os.environ.update({env})
 os.environ["COMPILE_CI_CHECKOUT"] = CHECKOUT
@@ -69,7 +77,14 @@ else:  # the repository's own test: as pytest would run it from the clone's root
     BASE = CHECKOUT
     ARGS = ["--rootdir", CHECKOUT]
     sys.path[:0] = [p for p in (CHECKOUT, os.path.join(CHECKOUT, "src")) if os.path.isdir(p)]
-sys.exit(pytest.main([os.path.join(BASE, {path!r}) + {rest!r}, *ARGS, "-p", "no:cacheprovider"]))
+PLUGINS = []
+if BISECT:  # an hour for it here (the job's was its budget); the baseline taken before the repository's code runs
+    os.environ.setdefault("COMPILE_CI_BISECT_SECONDS", "3600")
+    from suites import bisect_session
+
+    bisect_session.take_baseline()
+    PLUGINS.append(bisect_session)
+sys.exit(pytest.main([os.path.join(BASE, {path!r}) + {rest!r}, *ARGS, "-p", "no:cacheprovider"], plugins=PLUGINS))
 '''
 # Torch settings of the job that change what a test does, carried into the repro. Not the job's own: its cache paths,
 # and TORCHINDUCTOR_VEC_ISA_OK, which says the runner's toolchain passed runners/isa_check.py, not the reader's.
@@ -136,6 +151,9 @@ class ArtifactWriter:
         # Imported here so that loading the plugin costs nothing for suites that never compile.
         from suites.capture import CompileCapture
 
+        if _replaying():  # a bisection's run of the test (suites/bisect_session.py): not the test's artifacts
+            yield
+            return
         capture = CompileCapture(self.root)
         with capture.active(getattr(item, "instance", None)):
             yield
@@ -145,6 +163,8 @@ class ArtifactWriter:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
         outcome = yield
         report: pytest.TestReport = outcome.get_result()
+        if _replaying():
+            return
         if report.failed:
             where = target_location(item)
             if where:  # a <property> in the JUnit XML: the service annotates the target's definition
@@ -181,6 +201,11 @@ class ArtifactWriter:
             self.files.write(directory / "repro.py", _repro(item))
 
 
+def _replaying() -> bool:
+    module = sys.modules.get("suites.bisect_probe")
+    return module is not None and module.replaying()
+
+
 def record_environment(output_dir: Path) -> None:
     """Which torch and device really ran the job (the check run's summary), for the repository's own tests too."""
     import platform
@@ -212,3 +237,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(ProgressWriter(Path(output), files), "compile-ci-progress")
         config.pluginmanager.register(LogSections(config), "compile-ci-log-sections")
         sharding.register(config, Path(output))  # a shard's share, or tests left to their base results
+        if os.environ.get("COMPILE_CI_BISECT_SECONDS"):  # the job's failures bisected after its tests ran
+            from suites import bisect_session
+
+            bisect_session.register(config, Path(output))

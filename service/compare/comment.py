@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from service.compare.job_verdict import JobVerdict
 from service.compare.judgement import BaseStatus, Judgement
+from service.compare.summary import culprit_line
 from service.compare.verdicts import Verdict
 from service.github.markdown import code_span, link, plain, shorten
 
@@ -54,7 +55,8 @@ def render_comment(head_sha: str, base_sha: str | None, checks: list[CheckSummar
     if unusable:
         lines += ["", f"No usable base result for {', '.join(unusable)}: judged as without a base."]
     for title, pick in (
-        ("New failures", lambda j: [(t.nodeid, t.also_failing) for t in j.of(Verdict.NEW_FAILURE, Verdict.FAILED)]),
+        ("New failures", lambda j: [(t.nodeid, t.also_failing, culprit_line(t))
+                                    for t in j.of(Verdict.NEW_FAILURE, Verdict.FAILED)]),
         # One entry per test, as the table counts them; a test over two limits says both.
         ("Budget violations", lambda j: [(t.nodeid, "; ".join(v.describe() for v in t.violations))
                                          for t in j.tests if t.violations]),
@@ -72,18 +74,20 @@ def _ran(c: CheckSummary) -> bool:
 
 
 def _section(title: str, checks: list[CheckSummary],
-             pick: Callable[[Judgement], list[tuple[str, str]]]) -> list[str]:
+             pick: Callable[[Judgement], list[tuple[str, ...]]]) -> list[str]:
+    """`pick`: (node id, what is said of it[, markdown already made inert: a bisection's line]) per test."""
     # Only checks whose verdict is judged: a row that shows "–" (a timed-out job, say) lists nothing below.
-    entries = [(c, nodeid, said) for c in checks if c.verdict.judged and c.judgement is not None
-               and c.judgement.base.status == BaseStatus.READY for nodeid, said in pick(c.judgement)]
+    entries = [(c, nodeid, said, made[0] if made else "") for c in checks if c.verdict.judged
+               and c.judgement is not None and c.judgement.base.status == BaseStatus.READY
+               for nodeid, said, *made in pick(c.judgement)]
     if not entries:
         return []
     lines = ["", f"**{title}** ({len(entries)})", ""]
-    for c, nodeid, said in entries[:MAX_LINES]:
+    for c, nodeid, said, made in entries[:MAX_LINES]:
         # What is said is ours around the job's words (dynamo's reasons): prose, with the job's words made inert.
         text = plain(shorten(said, 300), inline=True)
         lines.append(f"- {plain(c.name, inline=True)}: {link(code_span(nodeid, limit=400), c.test_url(nodeid))}"
-                     + (f" — {text}" if text else ""))
+                     + (f" — {text}" if text else "") + (f" — {made}" if made else ""))
     if len(entries) > MAX_LINES:
         lines.append(f"- … and {len(entries) - MAX_LINES} more")
     return lines

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
 from runners.untrusted_files import read_head
 from service.compare import codediff
+from service.compare.bisection import Bisection, read_bisections
 from service.compare.budgets import Budgets, parse_budgets
 from service.compare.history import FLAKY_WINDOW, HistorySummary, KnownFlaky, known_flaky, summaries
 from service.compare.judgement import BaseInfo, BaseStatus, Judgement, judge
@@ -22,25 +23,32 @@ MAX_CODE_BYTES = 2_000_000  # per file: the job wrote it; a larger one is compar
 
 
 def judge_job(store: Store, artifacts_dir: Path, run: Run, job: Job, results: list[TestResult],
-              job_url: Callable[[str], str]) -> Judgement | None:
-    """None for a run that has no base (a push, a base run, a pull request opened before bases were kept)."""
+              job_url: Callable[[str], str], culprits: Mapping[str, Bisection] | None = None) -> Judgement | None:
+    """None for a run that has no base (a push, a base run, a pull request opened before bases were kept).
+    `culprits`: the failing tests' bisections (service/compare/bisection.py), read from the job's files if not
+    given."""
     if run.trigger != "pull_request" or not run.base_sha or run.base_sha == NULL_SHA:
         return None
+    if culprits is None:
+        culprits = read_bisections(artifacts_dir / run.id / job.id / str(job.attempt) / "tests",
+                                   [r.nodeid for r in results if r.outcome in ("failed", "error")])
     flaky, history = history_of(store, run, job, results)
     base_run = store.get_run(run.base_run_id) if run.base_run_id else None
     kind = "push run" if base_run is not None and base_run.trigger == "push" else "base run"
     base_job = store.get_job(job_id_for(base_run.id, job.suite, job.device, job.torch)) if base_run else None
     if base_run is None or base_job is None:
         status = BaseStatus.PENDING if base_run is None and run.state != "planned" else BaseStatus.NONE
-        return judge(results, None, BaseInfo(status, run.base_sha), budgets_of(run), flaky=flaky, history=history)
+        return judge(results, None, BaseInfo(status, run.base_sha), budgets_of(run), flaky=flaky, history=history,
+                     culprits=culprits)
     info = BaseInfo(BaseStatus.READY, run.base_sha, base_run.id, kind, url=job_url(base_job.id))
     if base_job.state != "completed":
-        return judge(results, None, _with(info, BaseStatus.PENDING), budgets_of(run), flaky=flaky, history=history)
+        return judge(results, None, _with(info, BaseStatus.PENDING), budgets_of(run), flaky=flaky, history=history,
+                     culprits=culprits)
     base_results = store.results_of(base_job.id, base_job.attempt)
     usable = base_job.conclusion in ("success", "failure") and base_results
     if not usable:
         return judge(results, None, _with(info, BaseStatus.BROKEN, base_job.title), budgets_of(run), flaky=flaky,
-                     history=history)
+                     history=history, culprits=culprits)
     head_dir = artifacts_dir / run.id / job.id / str(job.attempt) / "tests"
     base_dir = artifacts_dir / base_run.id / base_job.id / str(base_job.attempt) / "tests"
 
@@ -49,7 +57,7 @@ def judge_job(store: Store, artifacts_dir: Path, run: Run, job: Job, results: li
         base_codes, head_codes = read_codes(base_dir / name), read_codes(head_dir / name)
         return bool(base_codes or head_codes) and codediff.changed(base_codes, head_codes)
 
-    return judge(results, base_results, info, budgets_of(run), code_changed, flaky, history)
+    return judge(results, base_results, info, budgets_of(run), code_changed, flaky, history, culprits)
 
 
 def history_of(store: Store, run: Run, job: Job, results: list[TestResult]

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from service.compare.bisection import Bisection
 from service.compare.budgets import Budgets, Violation, violations
 from service.compare.history import HistorySummary, KnownFlaky
 from service.compare.ledger import Ledger, ledger_of
@@ -43,6 +44,7 @@ class TestJudgement:
     message: str = ""
     known_flaky: KnownFlaky | None = None
     elsewhere: HistorySummary | None = None  # a red test's recent results in the repository's other runs
+    culprit: Bisection | None = None  # a failing test's bisection, as its job left it
 
     @property
     def also_failing(self) -> str:
@@ -97,10 +99,12 @@ class Judgement:
 def judge(head: Sequence[TestResult], base: Sequence[TestResult] | None, info: BaseInfo, budgets: Budgets,
           code_changed: Callable[[str], bool] = lambda nodeid: False,
           flaky: Mapping[str, KnownFlaky] | None = None,
-          history: Mapping[str, HistorySummary] | None = None) -> Judgement:
+          history: Mapping[str, HistorySummary] | None = None,
+          culprits: Mapping[str, Bisection] | None = None) -> Judgement:
     """Every head test's verdict; with no usable base (`base` None), each is judged as without comparison.
     `flaky`: the known-flaky tests (service/compare/history.py), whose failures are warnings, not red;
-    `history`: failing tests' results elsewhere in the repository, which a new failure's line repeats."""
+    `history`: failing tests' results elsewhere in the repository, which a new failure's line repeats;
+    `culprits`: failing tests' bisections (service/compare/bisection.py), which their lines name."""
     by_id = {r.nodeid: r for r in base or ()}
     tests, deltas, uncompared = [], [], Counter[tuple[str, str]]()
     for result in head:
@@ -115,15 +119,16 @@ def judge(head: Sequence[TestResult], base: Sequence[TestResult] | None, info: B
         if known is not None:
             verdict = Verdict.KNOWN_FLAKY
         elsewhere = (history or {}).get(result.nodeid) if verdict in RED else None
+        culprit = (culprits or {}).get(result.nodeid)
         if other is None:
             tests.append(TestJudgement(result.nodeid, verdict, head_ledger, None, message=result.message,
-                                       known_flaky=known, elsewhere=elsewhere))
+                                       known_flaky=known, elsewhere=elsewhere, culprit=culprit))
             continue
         base_ledger = ledger_of(other.metrics)
         found = tuple(violations(result.nodeid, base_ledger, head_ledger, budgets))
         changed = result.outcome not in ("skipped",) and code_changed(result.nodeid)
         tests.append(TestJudgement(result.nodeid, verdict, head_ledger, base_ledger, found, changed, result.message,
-                                   known, elsewhere))
+                                   known, elsewhere, culprit))
         deltas += deltas_of(result.nodeid, base_ledger, head_ledger, changed)
         states = uncompared_times(base_ledger, head_ledger)
         if states is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from service.compare import bisection
 from service.compare.job_verdict import counted
 from service.compare.judgement import BaseInfo, BaseStatus, Judgement, TestJudgement
 from service.compare.ledger_deltas import GRAPH_FIGURES, TIME_FIGURES, TIME_FLOOR_RATIO, TIME_FLOOR_S, Delta
@@ -124,8 +125,18 @@ def _listed(title: str, tests: list[TestJudgement], test_url: Callable[[str], st
         said = _said(t.detail) if t.detail else code_span(_first_line(t.message), limit=400) if t.message else ""
         unbased = " (no base result)" if t.verdict == Verdict.FAILED else ""
         elsewhere = f" — {_said(t.also_failing)}" if t.also_failing else ""
-        lines.append(f"- {_test_link(t.nodeid, test_url)}{unbased}" + (f": {said}" if said else "") + elsewhere)
+        culprit = f" — {culprit_line(t)}" if t.culprit is not None else ""
+        lines.append(f"- {_test_link(t.nodeid, test_url)}{unbased}" + (f": {said}" if said else "") + elsewhere
+                     + culprit)
     return lines + _more(len(tests))
+
+
+def culprit_line(t: TestJudgement) -> str:
+    """The test's bisection in one line of markdown ("" without one), upstream said against the base's outcome."""
+    if t.culprit is None:
+        return ""
+    at_base = True if t.verdict == Verdict.FAILING_AT_BASE else False if t.verdict == Verdict.NEW_FAILURE else None
+    return bisection.markdown(t.culprit, at_base)
 
 
 def _more(n: int) -> list[str]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from service.compare import bisection
+from service.compare.bisection import Bisection
 from service.compare.job_verdict import JobVerdict, job_verdict
 from service.compare.judgement import BaseStatus, Judgement
 from service.compare.summary import annotation_level, render_section, violation_annotations
@@ -61,7 +63,9 @@ def truncate(text: str, limit: int, link: str) -> str:
 
 
 def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url: str,
-                     judgement: Judgement | None = None) -> CheckRunView:
+                     judgement: Judgement | None = None,
+                     culprits: Mapping[str, Bisection] | None = None) -> CheckRunView:
+    """`culprits`: the failing tests' bisections (service/compare/bisection.py), one line each in the text."""
     base = {"name": job.check_name, "head_sha": run.head_sha, "external_id": job.external_id,
             "details_url": job_url}
     if job.state == "queued":
@@ -80,7 +84,7 @@ def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url:
     verdicts = {t.nodeid: t.verdict for t in judgement.tests} if judgement is not None else {}
     if judgement is not None:
         summary = summary + "\n" + render_section(judgement, lambda nodeid: test_url(job_url, nodeid))
-    text = truncate(_failure_text(failures), MAX_TEXT, job_url + "/log")
+    text = truncate(_failure_text(failures, culprits or {}, verdicts), MAX_TEXT, job_url + "/log")
     verdict = verdict_of(job, judgement)
     conclusion = verdict.conclusion
     if job.torch_advisory:
@@ -199,9 +203,17 @@ def _summary(job: Job, failures: Sequence[TestResult], job_url: str) -> str:
     return "\n".join(lines)
 
 
-def _failure_text(failures: Sequence[TestResult]) -> str:
-    blocks = [f"### {code_span(r.nodeid, limit=500)}\n\n{code_block(r.details or r.message, limit=MAX_DETAILS)}"
-              for r in failures]
+def _failure_text(failures: Sequence[TestResult], culprits: Mapping[str, Bisection],
+                  verdicts: Mapping[str, Verdict]) -> str:
+    blocks = []
+    for r in failures:
+        culprit, verdict = culprits.get(r.nodeid), verdicts.get(r.nodeid)
+        at_base = True if verdict == Verdict.FAILING_AT_BASE else False if verdict == Verdict.NEW_FAILURE else None
+        # "Bisected: wrong from …"; without a culprit the words say so themselves ("bisection flaky: …")
+        line = "" if culprit is None else f"{'Bisected: ' if culprit.found else ''}" \
+            f"{bisection.markdown(culprit, at_base)}\n\n"
+        blocks.append(f"### {code_span(r.nodeid, limit=500)}\n\n{line}"
+                      f"{code_block(r.details or r.message, limit=MAX_DETAILS)}")
     return "\n\n".join(blocks)
 
 

@@ -7,6 +7,7 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any, Protocol
 
+from service.compare.bisection import Bisection, read_bisections
 from service.compare.inputs import judge_job
 from service.compare.judgement import Judgement
 from service.compare.not_affected import take_from_base
@@ -61,8 +62,9 @@ def report_job(ctx: Reporter, job_id: str) -> None:
         results = ctx.store.results_of(job.id, job.attempt) if job.state == "completed" else []
         finished = job.state == "completed"
         finished_job = job
-        judgement = _judgement(ctx, run, job, results) if finished else None
-        view = render_check_run(run, job, results, attempt_url(ctx.job_url(job.id), job), judgement)
+        culprits = _culprits(ctx, run, job, results) if finished else {}
+        judgement = _judgement(ctx, run, job, results, culprits) if finished else None
+        view = render_check_run(run, job, results, attempt_url(ctx.job_url(job.id), job), judgement, culprits)
         if view.status == "completed":
             ctx.store.record_shown(job, view.conclusion or "", view.title)
             record_finished(ctx.store, job, view.conclusion or "", view.title)  # its page outlives a re-run
@@ -84,8 +86,15 @@ def report_job(ctx: Reporter, job_id: str) -> None:
         update_sticky_comment(ctx, run)
 
 
-def _judgement(ctx: Reporter, run: Run, job: Job, results: list[TestResult]) -> Judgement | None:
-    judgement = judge_job(ctx.store, ctx.settings.artifacts_dir, run, job, results, ctx.job_url)
+def _culprits(ctx: Reporter, run: Run, job: Job, results: list[TestResult]) -> dict[str, Bisection]:
+    """The failing tests' bisections, as the job left them beside their artifacts."""
+    tests = ctx.settings.artifacts_dir / run.id / job.id / str(job.attempt) / "tests"
+    return read_bisections(tests, [r.nodeid for r in results if r.outcome in ("failed", "error")])
+
+
+def _judgement(ctx: Reporter, run: Run, job: Job, results: list[TestResult],
+               culprits: dict[str, Bisection]) -> Judgement | None:
+    judgement = judge_job(ctx.store, ctx.settings.artifacts_dir, run, job, results, ctx.job_url, culprits)
     if judgement is not None:
         ctx.store.record_verdicts(job.id, job.attempt, {t.nodeid: (t.verdict.value, t.detail, bool(t.violations))
                                                          for t in judgement.tests})

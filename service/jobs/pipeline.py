@@ -169,6 +169,10 @@ def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: 
         # A failing test is re-run this many times in the same job: failed-then-passed is "flaky" (suites/plugin.py).
         "COMPILE_CI_RERUNS": str(config.flaky_reruns),
         "COMPILE_CI_OPS_SCOPE": ops_scope(run.trigger),
+        # Its compiled-vs-eager failures are bisected after its tests ran, never past the runner's limit (from now:
+        # the job starts later, so this deadline is early rather than late). suites/bisect_session.py.
+        "COMPILE_CI_BISECT_SECONDS": str(ctx.settings.bisect_seconds),
+        "COMPILE_CI_DEADLINE": str(int(time.time()) + job.timeout_s),
         **selection,
     }
     deps = install.prepare(ctx.settings, config.requirements, ctx.runner.cache_key(job.device))

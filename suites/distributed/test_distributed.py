@@ -30,6 +30,9 @@ from suites.distributed.verdicts import (
 from suites.reruns import earlier_attempts
 
 Recorder = Callable[[tuple[str, object]], None]
+# What a bisection of a red here would say (suites/bisect_session.py): no run of it is spent.
+NOT_BISECTABLE = ("its compiled steps run in the ranks' own processes, which torch's compiler bisector in the job's "
+                  "process cannot steer")
 
 
 def _record(reports: list[RankReport], wrapper: str, device: str, record: Recorder) -> None:

@@ -44,8 +44,9 @@ class RepoRun:
 
 
 def run_repo_tests(checkout: Path, work: Path, extra_env: dict[str, str] | None = None,
-                   timeout: int = 300) -> RepoRun:
-    """The pipeline's repo-suite command on `checkout/tests`, from a scratch directory, on cpu."""
+                   timeout: int = 300, args: list[str] | None = None) -> RepoRun:
+    """The pipeline's repo-suite command on `checkout/tests` (and pytest's `args`), from a scratch directory, on
+    cpu."""
     out = work / "out"
     work.mkdir(parents=True, exist_ok=True)
     env = {key: value for key, value in os.environ.items() if key not in (*_JOB_VARIABLES, "COMPILE_CI_RERUNS")}
@@ -54,7 +55,8 @@ def run_repo_tests(checkout: Path, work: Path, extra_env: dict[str, str] | None 
     env.update(extra_env or {})
     junit = out / "junit.xml"
     command = [sys.executable, "-m", "suites.pytest_entry", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
-               "-o", "junit_family=xunit1", f"--junitxml={junit}", "--rootdir", str(checkout), str(checkout / "tests")]
+               "-o", "junit_family=xunit1", f"--junitxml={junit}", "--rootdir", str(checkout), str(checkout / "tests"),
+               *(args or [])]
     proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
     cases = {case.get("name", ""): case for case in ET.parse(junit).getroot().iter("testcase")} \
         if junit.exists() else {}

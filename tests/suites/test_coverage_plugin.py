@@ -4,6 +4,8 @@ real suite run writing coverage.json with the families the selected tests compil
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +13,7 @@ import torch
 
 from suites import harness, op_families
 
-from .suite_run import run_suite
+from .suite_run import REPO, run_suite
 
 aten = torch.ops.aten
 
@@ -60,3 +62,25 @@ def test_plugin_records_the_families_a_run_compiled(tmp_path: Path) -> None:
     [test] = report["per_test"]
     assert test.endswith("test_architecture_matches_eager_forward_and_backward[scans_and_bits]")
     assert report["percent"] == round(100 * len(report["covered"]) / report["denominator"], 1)
+
+
+RECORD_THEN_PATCH = """
+import torch
+from torch._inductor import decomposition
+from suites import harness
+
+assert harness.record_decompositions(lambda op: None)
+def softmax(x, dim, half_to_float):  # a repository's decomposition, installed after coverage began recording
+    return x
+decomposition.decompositions[torch.ops.aten._softmax.default] = softmax
+print(decomposition.select_decomp_table()[torch.ops.aten._softmax.default] is softmax)
+"""
+
+
+def test_recording_decompositions_leaves_a_later_patch_in_inductors_table(tmp_path: Path) -> None:
+    # Inductor copies its decomposition table at its first compile (without fallback_random). The coverage plugin
+    # starts recording in its pytest_configure, before the repository's plugins may install a decomposition: had it
+    # made that copy then, the repository's decomposition would never be compiled and its bug never seen.
+    done = subprocess.run([sys.executable, "-c", RECORD_THEN_PATCH], capture_output=True, text=True, cwd=tmp_path,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert done.stdout.strip() == "True", done.stdout + done.stderr[-2000:]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from flask import Blueprint, abort, render_template
@@ -11,6 +12,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from runners.untrusted_files import is_folder, is_regular, read_head
+from service.compare import bisection
 from service.compare.history import KnownFlaky, known_flaky, summarize
 from service.compare.inputs import evidence_of
 from service.compare.job_verdict import BADGES
@@ -96,6 +98,10 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
     codes = [(path.name, *_highlighted(path, formatter)) for path in code_paths(folder)] if folder else []
     repro = _repro(folder) if folder is not None else ""
     extras = _repro_extras(folder) if folder is not None else []
+    found = bisection.read_bisection(folder) if folder is not None else None
+    log, log_cut = bisection.read_log(folder) if folder is not None else ("", False)
+    # A bisect.json that is not one (too big, a link, not the suites' shape) is said to be so, and nothing of it shown.
+    refused = found is None and folder is not None and os.path.lexists(folder / bisection.RESULT_FILE)
     public_url = wiring().settings.public_url  # the address the developer's compile-ci repro reaches
     chart, points = _history_chart(run, job, nodeid)
     classification = base_lookup.classification_of(wiring().store, job.id, job.attempt, nodeid)
@@ -105,6 +111,8 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
                            metrics=metrics_view.rows({k: v for k, v in metrics.items() if k != "outcome"}),
                            failure=failure,
                            repro=repro, extras=extras, chart=chart, points=points,
+                           bisection=found, bisection_line=bisection.text(found) if found else "",
+                           bisect_log=log, bisect_cut=log_cut, bisect_refused=refused,
                            across=summarize(across, run.pr_number),
                            known=_known_flaky(run, job, nodeid, classification),
                            history=history_url(run.repo_id, job.suite, queue_for(job.device, job.torch), nodeid),
