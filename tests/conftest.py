@@ -16,6 +16,10 @@ from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.stack import APP_ID, app_keypair, free_port, wait_for_port
 
+# Sample repositories the suites test are data, not our tests: their tests are meant to fail and their conftest
+# installs a compiler change into the process that imports it.
+collect_ignore_glob = ["suites/*_repo"]
+
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
