@@ -107,6 +107,7 @@ def install() -> None:
     snapshot.take()
     for name, module in snapshot.modules.items():
         _state.files.check(name, module)
+        _add_entries(name)
     surface_imports.install(surface_imports.Finder(_guarded(_state.snapshot.diff), _loaded, _guarded(_absorb)))
 
 
@@ -119,14 +120,22 @@ def _add_tables(module: types.ModuleType) -> None:
     for table in tables_of(module):
         _state.tables.append(table)
         _state.snapshot.regions.add(table)
-        for key, value in list(table.stock.items()) if not table.is_set else ():
-            _state.snapshot.add_callable(f"{table.place}[{key}]", value)  # a lowering's closure is torch's too
+
+
+def _add_entries(name: str) -> None:
+    """The functions of a module's tables: a lowering's closure is torch's too (after the module's own attributes,
+    so that a function both hold is named by its module)."""
+    assert _state is not None
+    for table in _state.tables:
+        for key, value in list(table.stock.items()) if table.module == name and not table.is_set else ():
+            _state.snapshot.add_callable(f"{table.place}[{key}]", value)
 
 
 def _loaded(name: str, module: types.ModuleType) -> None:
     assert _state is not None
     _state.snapshot.add_module(name, module)
     _state.files.check(name, module)
+    _add_entries(name)
 
 
 def _absorb() -> None:

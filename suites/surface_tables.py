@@ -25,8 +25,8 @@ TABLES = {
 class Table:
     """One table (a dict of op -> function, or a set of ops) as torch filled it, and what the last diff saw."""
 
-    def __init__(self, name: str, place: str, table: dict[Any, Any] | set[Any]) -> None:
-        self.name, self.place, self.table = name, place, table
+    def __init__(self, name: str, module: str, attribute: str, table: dict[Any, Any] | set[Any]) -> None:
+        self.name, self.module, self.place, self.table = name, module, f"{module}.{attribute}", table
         self.is_set = isinstance(table, set)
         self.version = surface_watch.DictVersion(table)  # a set has none: looked at every time
         self.stock = self._items()
@@ -78,5 +78,5 @@ def tables_of(module: types.ModuleType) -> list[Table]:
     for name, attribute in TABLES.get(module.__name__, ()):
         table = getattr(module, attribute, None)
         if isinstance(table, dict | set):
-            found.append(Table(name, f"{module.__name__}.{attribute}", table))
+            found.append(Table(name, module.__name__, attribute, table))
     return found
