@@ -1,9 +1,11 @@
-"""Issue 27 through the whole service (webhook -> Celery worker -> DockerRunner -> real torch.compile -> check runs):
-a repository whose own package patches inductor at run time (a lowering, a decomposition, a custom pass with a
-constant uuid, a codegen override). A warm trusted cache must not bend a verdict: a pull request that breaks any of
-the four patches is red although the default branch warmed the cache, one that changes nothing else hits the cache,
-and a member's pull request that plants files in its compile cache reaches neither its base run (which starts after
-the pull request's job finished: one job at a time) nor the default branch."""
+"""Issues 27 and 38 through the whole service (webhook -> Celery worker -> DockerRunner -> real torch.compile -> check
+runs): a repository whose own package changes inductor at run time — a lowering, a decomposition, a custom pass with
+a constant uuid, a codegen override (issue 27), and, at its import, a function of a module of inductor, a method of a
+class that is no override, a decomposition's `__code__` and a lowering's closure cell (issue 38: no list of known
+places has them). A warm trusted cache must not bend a verdict: a pull request that breaks any of the eight patches
+is red although the default branch warmed the cache (and red on a cold cache too), one that changes nothing else hits
+the cache, and a member's pull request that plants files in its compile cache reaches neither its base run (which
+starts after the pull request's job finished: one job at a time) nor the default branch."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import contextlib
 import dataclasses
 import os
 import subprocess
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,105 +28,23 @@ from service.devkit.sandbox.sample_repo import commit_file
 from service.devkit.sandbox.stack import INSTALLATION_ID
 from service.jobs.tasks import create_worker_celery
 from service.store import Store, job_id_of_external
+from tests.integration.surface_repo import (
+    BROKEN,
+    BROKEN_REBINDS,
+    CONFIG,
+    CONFTEST,
+    CUSTOM_PASS,
+    DECOMPOSITION,
+    LOWERING,
+    OVERRIDE,
+    REBINDS,
+    TESTS,
+)
 from tests.integration.test_base_judgement import deliver, head_of
 from tests.integration.test_pipeline import FULL_NAME, await_check_runs
 
 pytestmark = pytest.mark.e2e
 REPO_ID = 4027
-CONFIG = '[suites]\nrun = ["repo"]\ndevices = ["cpu"]\nrepo_tests = ["tests"]\n'
-# The repository's package: three run-time patches of inductor, each a no-op on the numbers.
-LOWERING = '''
-import torch
-from torch._inductor.lowering import lowerings
-
-_stock = lowerings[torch.ops.aten.sin.default]
-
-
-def sin_lowering(x):
-    return _stock(x)
-
-
-lowerings[torch.ops.aten.sin.default] = sin_lowering
-'''
-DECOMPOSITION = '''
-import torch
-from torch._inductor.decomposition import decompositions
-
-
-def sinh(x):
-    return (x.exp() - (-x).exp()) * 0.5
-
-
-decompositions[torch.ops.aten.sinh.default] = sinh
-'''
-CUSTOM_PASS = '''
-import torch
-from torch._inductor import config
-from torch._inductor.custom_graph_pass import CustomGraphPass
-
-
-class KeepAdds(CustomGraphPass):
-    def __call__(self, graph):
-        pass
-
-    def uuid(self):
-        return "keep-adds-v1"  # never bumped: torch's key cannot tell two versions apart
-
-
-config.post_grad_custom_post_pass = KeepAdds()
-'''
-OVERRIDE = '''
-from torch._inductor.codegen.cpp import CppOverrides, CppVecOverrides
-
-
-def _keep(stock):
-    def override(*args, **kwargs):
-        return stock(*args, **kwargs)
-
-    return staticmethod(override)
-
-
-for _cls in (CppOverrides, CppVecOverrides):  # the C++ inductor writes for sin, scalar and vectorised
-    _cls.sin = _keep(_cls.sin)
-'''
-BROKEN = {
-    "lowering": ("compilerpatch/lowering.py", LOWERING.replace("sin.default]\n\n\ndef", "cos.default]\n\n\ndef")),
-    "decomposition": ("compilerpatch/decomposition.py", DECOMPOSITION.replace(" - (-x).exp()", "")),
-    "custom pass": ("compilerpatch/custom_pass.py", CUSTOM_PASS.replace("        pass\n", textwrap.indent(
-        "for node in graph.nodes:\n    if node.target == torch.ops.aten.add.Tensor:\n"
-        "        node.target = torch.ops.aten.sub.Tensor\n", " " * 8))),
-    "codegen override": ("compilerpatch/override.py", OVERRIDE.replace("_keep(_cls.sin)", "_keep(_cls.cos)")),
-}
-CONFTEST = '''
-import os, sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import compilerpatch.lowering, compilerpatch.decomposition  # noqa: E401,F401
-import compilerpatch.custom_pass, compilerpatch.override  # noqa: E401,F401
-'''
-TESTS = '''
-import os, pathlib
-
-import torch
-
-PLANTED = "planted-by-a-pull-request"
-
-
-def f(x):
-    return torch.sin(x) + torch.sinh(x) * 2 + 1
-
-
-def test_compiled_matches_eager():
-    x = torch.linspace(-1, 1, 16)
-    torch.testing.assert_close(torch.compile(f)(x), f(x))
-
-
-def test_no_pull_request_wrote_this_jobs_cache():
-    cache = pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
-    assert not (cache / PLANTED).exists(), "a pull request's cache write reached this job"
-    if (pathlib.Path(__file__).parent / "PLANT").exists():
-        (cache / PLANTED).write_text("a member's pull request was here")
-'''
 
 
 @pytest.fixture
@@ -136,8 +55,7 @@ def repo(tmp_path: Path) -> Path:
     for name, text in ((".compile-ci.toml", CONFIG), ("compilerpatch/__init__.py", ""),
                        ("compilerpatch/lowering.py", LOWERING), ("compilerpatch/decomposition.py", DECOMPOSITION),
                        ("compilerpatch/custom_pass.py", CUSTOM_PASS), ("compilerpatch/override.py", OVERRIDE),
-                       ("tests/conftest.py", CONFTEST),
-                       ("tests/test_surface.py", TESTS)):
+                       *REBINDS.items(), ("tests/conftest.py", CONFTEST), ("tests/test_surface.py", TESTS)):
         commit_file(path, "main", name, text, f"add {name}")
     return path
 
@@ -193,10 +111,23 @@ def _compiled_test(settings: Settings, check_run: dict[str, Any]) -> dict[str, A
     return result.metrics
 
 
+def _branch(repo: Path, name: str, start: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", name, start], check=True)
+
+
 def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_worker: Settings,
                                                              emulator: GitHubEmulator) -> None:
     settings = docker_worker
     unpushed = head_of(repo)  # a base with no push run: its pull request gets a base run of its own
+    # Cold: before anything warmed the trusted cache, a pull request that breaks the four rebinds is red.
+    _branch(repo, "cold", unpushed)
+    for kind, (path, text) in BROKEN_REBINDS.items():
+        cold = commit_file(repo, "cold", path, text, f"break the {kind}")
+    _pull_request(settings, 100, cold, unpushed)
+    red = _done(emulator, cold)
+    assert red["conclusion"] == "failure" and "test_compiled_matches_eager" in red["output"]["summary"], red["output"]
+    _branch(repo, "side", unpushed)  # the planting pull request's base: unpushed, and no other's
+    side = commit_file(repo, "side", "NOTES.md", "notes\n", "notes")
     first = commit_file(repo, "main", "README.md", "compiler patches\n", "docs")
     _push(settings, unpushed, first)
     warm = _done(emulator, first)
@@ -204,15 +135,15 @@ def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_
     assert _compiled_test(settings, warm)["fx_graph_cache_misses"] >= 1  # the default branch fills the cache
 
     # A member's pull request plants a file in its cache; its base run (at an unpushed sha) runs after it.
-    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "plant", unpushed], check=True)
+    _branch(repo, "plant", side)
     planting = commit_file(repo, "plant", "tests/PLANT", "", "plant a file in the compile cache")
-    _pull_request(settings, 1, planting, unpushed)
+    _pull_request(settings, 1, planting, side)
     planted = _done(emulator, planting)
     assert planted["conclusion"] == "success", planted["output"]
 
     # Each broken patch is red although the default branch warmed the cache for the very same graph.
     for number, (kind, (path, text)) in enumerate(BROKEN.items(), start=2):
-        subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", f"broken{number}", first], check=True)
+        _branch(repo, f"broken{number}", first)
         head = commit_file(repo, f"broken{number}", path, text, f"break the {kind}")
         _pull_request(settings, number, head, first)
         red = _done(emulator, head)
@@ -220,9 +151,9 @@ def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_
         assert "test_compiled_matches_eager" in red["output"]["summary"], (kind, red["output"])
 
     # Nothing of the compiler changed: the pull request hits what the default branch compiled.
-    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "docs", first], check=True)
+    _branch(repo, "docs", first)
     docs = commit_file(repo, "docs", "README.md", "compiler patches, documented\n", "more docs")
-    _pull_request(settings, 6, docs, first)
+    _pull_request(settings, 20, docs, first)
     hit = _done(emulator, docs)
     assert hit["conclusion"] == "success", hit["output"]
     assert _compiled_test(settings, hit)["fx_graph_cache_hits"] >= 1, _compiled_test(settings, hit)
@@ -249,3 +180,26 @@ def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_
     assert head_job.finished_at is not None and all(
         j.started_at is not None and j.started_at >= head_job.finished_at for j in base_jobs), \
         [(j.id, j.started_at, head_job.finished_at) for j in base_jobs]
+
+
+@pytest.mark.heavy  # ten jobs; the default run proves cold red with one pull request that breaks all four at once
+def test_each_rebind_is_red_on_a_cold_cache_and_on_a_warm_one(repo: Path, docker_worker: Settings,
+                                                             emulator: GitHubEmulator) -> None:
+    settings = docker_worker
+    unpushed = head_of(repo)
+    for number, (kind, (path, text)) in enumerate(BROKEN_REBINDS.items(), start=1):
+        _branch(repo, f"cold{number}", unpushed)
+        head = commit_file(repo, f"cold{number}", path, text, f"break the {kind}")
+        _pull_request(settings, number, head, unpushed)
+        red = _done(emulator, head)
+        assert red["conclusion"] == "failure", (kind, "cold", red["output"])
+    first = commit_file(repo, "main", "README.md", "compiler patches\n", "docs")
+    _push(settings, unpushed, first)
+    assert _done(emulator, first)["conclusion"] == "success"
+    for number, (kind, (path, text)) in enumerate(BROKEN_REBINDS.items(), start=11):
+        _branch(repo, f"warm{number}", first)
+        head = commit_file(repo, f"warm{number}", path, text, f"break the {kind}")
+        _pull_request(settings, number, head, first)
+        red = _done(emulator, head)
+        assert red["conclusion"] == "failure", (kind, "warm", red["output"])
+        assert "test_compiled_matches_eager" in red["output"]["summary"], (kind, red["output"])
