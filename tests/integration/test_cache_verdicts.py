@@ -26,6 +26,7 @@ from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, push_event
 from service.devkit.sandbox.sample_repo import commit_file
 from service.devkit.sandbox.stack import INSTALLATION_ID
+from service.jobs.base_runs import NULL_SHA
 from service.jobs.tasks import create_worker_celery
 from service.store import Store, job_id_of_external
 from tests.integration.surface_repo import (
@@ -45,11 +46,10 @@ from tests.integration.test_pipeline import FULL_NAME, await_check_runs
 
 pytestmark = pytest.mark.e2e
 REPO_ID = 4027
+COLD_NAME, COLD_ID = "octo/widgets-cold", 4028  # the same repository under another name: its trusted cache is cold
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "repos" / FULL_NAME
+def _sample_repo(path: Path) -> Path:
     path.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
     for name, text in ((".compile-ci.toml", CONFIG), ("compilerpatch/__init__.py", ""),
@@ -58,6 +58,11 @@ def repo(tmp_path: Path) -> Path:
                        *REBINDS.items(), ("tests/conftest.py", CONFTEST), ("tests/test_surface.py", TESTS)):
         commit_file(path, "main", name, text, f"add {name}")
     return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return _sample_repo(tmp_path / "repos" / FULL_NAME)
 
 
 @pytest.fixture
@@ -72,8 +77,9 @@ def docker_worker(settings: Settings, tmp_path: Path, emulator: GitHubEmulator) 
     image = os.environ.get("COMPILE_CI_TEST_RUNNER_IMAGE", settings.runner_image_cpu)
     settings = dataclasses.replace(settings, runner="docker", runner_image_cpu=image)
     (tmp_path / "suites" / "correctness").mkdir(parents=True)
-    emulator.add_repo(FULL_NAME)
-    emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
+    for name in (FULL_NAME, COLD_NAME):
+        emulator.add_repo(name)
+    emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME, COLD_NAME])
     # One job at a time (the cpu worker), planning and reports beside it: a pull request's base run, queued behind
     # its head job, starts only once that finished, so the poisoning order is the one replayed, not left to a race.
     github, cpu = (create_worker_celery(settings, suites_dir=tmp_path / "suites") for _ in range(2))
@@ -90,15 +96,23 @@ def _push(settings: Settings, before: str, after: str) -> None:
                                          before=before, after=after))
 
 
-def _pull_request(settings: Settings, number: int, head: str, base: str) -> None:
+def _pull_request(settings: Settings, number: int, head: str, base: str, name: str = FULL_NAME,
+                  repo_id: int = REPO_ID) -> None:
     deliver(settings, "pull_request", pull_request_event(
-        "opened", full_name=FULL_NAME, repo_id=REPO_ID, installation_id=INSTALLATION_ID,
-        clone_url=f"https://github.com/{FULL_NAME}.git", number=number, head_sha=head, head_ref=f"pr{number}",
+        "opened", full_name=name, repo_id=repo_id, installation_id=INSTALLATION_ID,
+        clone_url=f"https://github.com/{name}.git", number=number, head_sha=head, head_ref=f"pr{number}",
         base_sha=base, association="MEMBER"))
 
 
-def _done(emulator: GitHubEmulator, sha: str) -> dict[str, Any]:
-    (check_run,) = await_check_runs(emulator, sha, 1, timeout_s=300)
+def _done(emulator: GitHubEmulator, sha: str, name: str = FULL_NAME) -> dict[str, Any]:
+    if name == FULL_NAME:
+        (check_run,) = await_check_runs(emulator, sha, 1, timeout_s=300)
+    else:
+        deadline = time.monotonic() + 300
+        while not [r for r in emulator.check_runs(name) if r["head_sha"] == sha and r["status"] == "completed"] \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (check_run,) = [r for r in emulator.check_runs(name) if r["head_sha"] == sha]
     assert check_run["status"] == "completed", check_run
     return check_run
 
@@ -115,29 +129,31 @@ def _branch(repo: Path, name: str, start: str) -> None:
     subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", name, start], check=True)
 
 
+@pytest.mark.timeout(1800)  # fifteen jobs, one at a time
 def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_worker: Settings,
-                                                             emulator: GitHubEmulator) -> None:
+                                                             emulator: GitHubEmulator, tmp_path: Path) -> None:
     settings = docker_worker
     unpushed = head_of(repo)  # a base with no push run: its pull request gets a base run of its own
-    # Cold: before anything warmed the trusted cache, a pull request that breaks the four rebinds is red.
-    _branch(repo, "cold", unpushed)
-    for kind, (path, text) in BROKEN_REBINDS.items():
-        cold = commit_file(repo, "cold", path, text, f"break the {kind}")
-    _pull_request(settings, 100, cold, unpushed)
-    red = _done(emulator, cold)
-    assert red["conclusion"] == "failure" and "test_compiled_matches_eager" in red["output"]["summary"], red["output"]
-    _branch(repo, "side", unpushed)  # the planting pull request's base: unpushed, and no other's
-    side = commit_file(repo, "side", "NOTES.md", "notes\n", "notes")
     first = commit_file(repo, "main", "README.md", "compiler patches\n", "docs")
     _push(settings, unpushed, first)
     warm = _done(emulator, first)
     assert (warm["conclusion"], warm["output"]["title"]) == ("success", "2 passed"), warm["output"]
     assert _compiled_test(settings, warm)["fx_graph_cache_misses"] >= 1  # the default branch fills the cache
 
+    # Cold: where nothing warmed the trusted cache (the same repository under another name), a pull request that
+    # breaks the four rebinds is red (no base: its failures are new).
+    cold_repo = _sample_repo(tmp_path / "repos" / COLD_NAME)
+    for kind, (path, text) in BROKEN_REBINDS.items():
+        cold = commit_file(cold_repo, "cold", path, text, f"break the {kind}")
+    _pull_request(settings, 100, cold, NULL_SHA, COLD_NAME, COLD_ID)
+    red = _done(emulator, cold, COLD_NAME)
+    assert red["conclusion"] == "failure" and "test_compiled_matches_eager" in red["output"]["summary"], red["output"]
+    assert _compiled_test(settings, red)["fx_graph_cache_hits"] == 0, "a cold cache hit"
+
     # A member's pull request plants a file in its cache; its base run (at an unpushed sha) runs after it.
-    _branch(repo, "plant", side)
+    _branch(repo, "plant", unpushed)
     planting = commit_file(repo, "plant", "tests/PLANT", "", "plant a file in the compile cache")
-    _pull_request(settings, 1, planting, side)
+    _pull_request(settings, 1, planting, unpushed)
     planted = _done(emulator, planting)
     assert planted["conclusion"] == "success", planted["output"]
 
@@ -183,6 +199,7 @@ def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_
 
 
 @pytest.mark.heavy  # ten jobs; the default run proves cold red with one pull request that breaks all four at once
+@pytest.mark.timeout(1500)
 def test_each_rebind_is_red_on_a_cold_cache_and_on_a_warm_one(repo: Path, docker_worker: Settings,
                                                              emulator: GitHubEmulator) -> None:
     settings = docker_worker
@@ -190,7 +207,7 @@ def test_each_rebind_is_red_on_a_cold_cache_and_on_a_warm_one(repo: Path, docker
     for number, (kind, (path, text)) in enumerate(BROKEN_REBINDS.items(), start=1):
         _branch(repo, f"cold{number}", unpushed)
         head = commit_file(repo, f"cold{number}", path, text, f"break the {kind}")
-        _pull_request(settings, number, head, unpushed)
+        _pull_request(settings, number, head, NULL_SHA)
         red = _done(emulator, head)
         assert red["conclusion"] == "failure", (kind, "cold", red["output"])
     first = commit_file(repo, "main", "README.md", "compiler patches\n", "docs")
