@@ -37,30 +37,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from suites import code_origin, surface_files, surface_imports, surface_registrations, surface_rules, surface_watch
-from suites.surface_place import MISSING, Difference
+from suites.surface_place import KINDS, MISSING, Change, Difference
 from suites.surface_snapshot import Snapshot
 from suites.surface_tables import TABLES, Table, tables_of
 
 PREFIX = "compile-ci-surface-"
-KINDS = ("added", "rebound", "removed", "module replaced", "torch files differ", "native code")
 TEXT_LIMIT = 300  # the longest name of native code in the job's log
-# Where inductor turns its `ops.*` calls into code (changed_overrides() names the changes there).
-OVERRIDE_CLASSES = {
-    "torch._inductor.ops_handler": ("BasicMathOpsMixin",),
-    "torch._inductor.codegen.common": ("OpDecompositions", "OpOverrides"),
-    "torch._inductor.codegen.cpp": ("CppOverrides", "CppVecOverrides"),
-    "torch._inductor.codegen.triton": ("TritonOverrides",),
-}
-
-
-@dataclass(frozen=True)
-class Change:
-    place: str  # dotted: torch._inductor.lowering.make_pointwise, torch._inductor.lowering.lowerings[aten.sin.default]
-    kind: str  # one of KINDS
-    where: str  # file:line of the new code outside torch (relative to the checkout inside it); '' when unknown
-    sources: frozenset[str]  # content digests of the files outside torch its code comes from
-
-
 @dataclass
 class _State:
     snapshot: Snapshot
@@ -108,7 +90,8 @@ def install() -> None:
     for name, module in snapshot.modules.items():
         _state.files.check(name, module)
         _add_entries(name)
-    surface_imports.install(surface_imports.Finder(_guarded(_state.snapshot.diff), _loaded, _guarded(_absorb)))
+    finder = surface_imports.Finder(_guarded(_state.snapshot.diff), _guarded(_loaded), _guarded(_absorb))
+    surface_imports.install(finder)
 
 
 def installed() -> bool:
@@ -292,6 +275,7 @@ def _wrap_compile_fx(module: types.ModuleType) -> None:
 # The op sweep's view and the job's record, over the functions above.
 from suites.surface_record import write_record  # noqa: E402
 from suites.surface_sweep import (  # noqa: E402
+    OVERRIDE_CLASSES,
     changed_entries,
     changed_overrides,
     entry_sources,

@@ -1,4 +1,5 @@
-"""A place of torch's compiler that differs from the snapshot (`Difference`), and how to set it back or again."""
+"""A place of torch's compiler that differs from the snapshot (`Difference`), how to set it back or again, and the
+repository's change it is (`Change`, what compiler_surface.changes() returns)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,15 @@ class _Missing:
 
 
 MISSING: Any = _Missing()  # a place that does not exist (not added yet, or removed)
+KINDS = ("added", "rebound", "removed", "module replaced", "torch files differ", "native code")
+
+
+@dataclass(frozen=True)
+class Change:
+    place: str  # dotted: torch._inductor.lowering.make_pointwise, torch._inductor.lowering.lowerings[aten.sin.default]
+    kind: str  # one of KINDS
+    where: str  # file:line of the new code outside torch (relative to the checkout inside it); '' when unknown
+    sources: frozenset[str]  # content digests of the files outside torch its code comes from
 
 
 @dataclass(frozen=True, eq=False)
