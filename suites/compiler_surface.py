@@ -144,7 +144,9 @@ def _guarded(step: Any) -> Any:
 
 def _differences() -> list[Difference]:
     assert _state is not None
-    for name, module in _state.snapshot.unseen_modules():
+    added = _state.snapshot.new_modules()
+    _state.native.note(added)
+    for name, module in _state.snapshot.unseen(added):
         path = module.__dict__.get("__file__")
         if isinstance(path, str) and surface_files.under(os.path.realpath(path), _state.native.caches()):
             _state.snapshot.ignored.add(name)  # inductor's generated code, loaded under a name of torch's
@@ -186,7 +188,7 @@ def _other_changes() -> list[Change]:
     checkout = os.environ.get("COMPILE_CI_CHECKOUT", "")
     for kind, path, digest in surface_registrations.registrations():
         where = code_origin.where_file(path, checkout)
-        found.append(Change(f"{surface_registrations.PATTERN_PLACE}.{kind}", "added", where, frozenset({digest})))
+        found.append(Change(surface_registrations.registration_place(kind), "added", where, frozenset({digest})))
     if _state.location:
         found.append(Change("torch", "torch files differ", _state.location, frozenset()))
     for name, problem in sorted(_state.files.problems.items()):

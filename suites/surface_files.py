@@ -8,13 +8,14 @@
   `torch.utils.cpp_extension.load`, a dependency's extension module) can change any op's dispatch where no Python
   object shows it. The process's mappings (`/proc/self/maps`) list every shared object loaded, however; those
   outside torch, the interpreter's own directories, the system's libraries and inductor's and triton's caches are
-  the repository's. They are looked for again whenever `sys.modules` grew or ctypes opened a library.
+  the repository's. They are looked for again whenever an extension module was imported or ctypes opened a library.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.machinery
 import os
 import site
 import sys
@@ -25,7 +26,9 @@ from collections.abc import Iterable
 from suites import surface_watch
 
 MAPS = "/proc/self/maps"
-_SYSTEM_DIRS = ("/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/", "/usr/local/lib/", "/usr/libexec/")
+_SYSTEM_DIRS = ("/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/", "/usr/local/lib/", "/usr/libexec/", "/usr/local/cuda",
+                "/usr/local/nvidia/")
+_EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES) or (".so",)
 
 
 def under(path: str, roots: Iterable[str]) -> bool:
@@ -101,38 +104,59 @@ class NativeCode:
         self.cache_dirs = [d for d in cache_dirs if d]
         self.stock = tuple(roots) + _SYSTEM_DIRS
         self.found: dict[str, str] = {}  # path -> its digest
-        self._modules = 0
+        self.judged: set[str] = set()
+        self._look = True  # the first check reads the mappings: what the interpreter loaded before install()
+        self._caches: tuple[str, ...] | None = None
 
     def caches(self) -> tuple[str, ...]:
-        """Inductor's and triton's cache directories: what inductor compiles is loaded from there."""
+        """Inductor's and triton's cache directories: what inductor compiles is loaded from there (asked of inductor
+        once it is loaded, then kept)."""
+        if self._caches is not None:
+            return self._caches
         dirs = list(self.cache_dirs)
         location = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
         try:
             dirs += [location.cache_dir(), location.triton_cache_dir(0)] if location is not None else []
         except Exception:  # noqa: BLE001, S110 - an older torch: the variables and the default stay
             pass
-        return tuple(os.path.realpath(d) + os.sep for d in dirs if d)
+        found = tuple(os.path.realpath(d) + os.sep for d in dirs if d)
+        self._caches = found if location is not None else None
+        return found
+
+    def note(self, added: list[tuple[str, object]]) -> None:
+        """New entries of sys.modules: an extension module among them is native code loaded (look again)."""
+        files = [str(_file_of(module)) for _name, module in added]
+        stock = self.stock + self.caches()  # inductor's kernels load from its cache at every compile
+        self._look |= any(f.endswith(_EXTENSIONS) and not under(os.path.realpath(f), stock) for f in files)
 
     def check(self) -> dict[str, str]:
-        if len(sys.modules) == self._modules and not surface_watch.libraries_opened():
+        if not self._look and not surface_watch.libraries_opened():
             return self.found
-        self._modules = len(sys.modules)
+        self._look = False
         try:
             with open(MAPS, encoding="utf-8", errors="replace") as handle:
                 lines = handle.read().splitlines()
         except OSError:
             return self.found
+        stock = self.stock + self.caches()
         for line in lines:
             parts = line.split(None, 5)
             path = parts[5].strip() if len(parts) == 6 else ""
-            deleted = path.endswith(" (deleted)")  # loaded, then removed: still loaded
-            path = path[:-len(" (deleted)")] if deleted else path
-            if not path.startswith("/") or ".so" not in os.path.basename(path) or path in self.found:
+            if not path.startswith("/") or path in self.judged:
                 continue
-            real = os.path.realpath(path)
-            if not under(real, self.stock + self.caches()):
-                self.found[path] = "deleted" if deleted else _digest(real)
+            self.judged.add(path)  # each mapping's path judged once
+            deleted = path.endswith(" (deleted)")  # loaded, then removed: still loaded
+            real = path[:-len(" (deleted)")] if deleted else path
+            if ".so" in os.path.basename(real) and not under(os.path.realpath(real), stock):
+                self.found[real] = "deleted" if deleted else _digest(real)
         return self.found
+
+
+def _file_of(module: object) -> object:
+    try:  # the instance's own dict: a lazy module's __getattr__ is not asked anything
+        return object.__getattribute__(module, "__dict__").get("__file__", "")
+    except (AttributeError, TypeError):
+        return ""
 
 
 def _digest(path: str) -> str:

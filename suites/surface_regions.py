@@ -4,14 +4,13 @@ compared, item by item, and what torch's own imports change is taken into the sn
 
 from __future__ import annotations
 
+import ctypes
 import operator
 from collections.abc import Callable
 from typing import Any
 
 from suites import surface_watch
 from suites.surface_place import MISSING, Difference
-
-_VALUE = operator.attrgetter("value")
 
 
 def same(now: list[Any], seen: list[Any]) -> bool:
@@ -60,14 +59,18 @@ class Region:
         self.found = self._diff(current)
 
     def _diff(self, now: dict[str, Any]) -> list[Difference]:
-        found = []
-        for name, old in self.stock.items():
-            new = now.get(name, MISSING)
-            if new is not old:
-                found.append(Difference(f"{self.place}.{name}", old, new, self.slot, self.owner, name))
-        found += [Difference(f"{self.place}.{name}", MISSING, value, self.slot, self.owner, name)
-                  for name, value in now.items() if name not in self.stock]
-        return found
+        return reuse(self.found, [(name, old, now.get(name, MISSING)) for name, old in self.stock.items()
+                                  if now.get(name, MISSING) is not old]
+                     + [(name, MISSING, value) for name, value in now.items() if name not in self.stock],
+                     lambda name, old, new: Difference(f"{self.place}.{name}", old, new, self.slot, self.owner, name))
+
+
+def reuse(before: list[Difference], now: list[tuple[Any, Any, Any]],
+          make: Callable[[Any, Any, Any], Difference]) -> list[Difference]:
+    """The differences (name, old, new) as objects, the last look's own where nothing moved there: a difference
+    already judged is not judged again (compiler_surface keeps its verdict by object)."""
+    known = {(d.name, id(d.old), id(d.new)): d for d in before}
+    return [known.get((name, id(old), id(new))) or make(name, old, new) for name, old, new in now]
 
 
 class Regions:
@@ -75,11 +78,11 @@ class Regions:
     whose version moved are looked at, and only those with differences are listed."""
 
     def __init__(self) -> None:
-        self.all: list[Any] = []  # _Region, or surface_tables.Table: anything with version, check, absorb, found
+        self.all: list[Any] = []  # Region, or surface_tables.Table: anything with version, check, absorb, found
         self.versioned: list[Any] = []
         self.unversioned: list[Any] = []  # no version to read (a set, another interpreter): looked at every time
-        self.cells: list[Any] = []
-        self.last: list[int] = []
+        self.versions = surface_watch.Words()
+        self.last: Any = []
         self.differing: dict[int, Any] = {}
 
     def __len__(self) -> int:
@@ -87,19 +90,18 @@ class Regions:
 
     def add(self, region: Any) -> None:
         self.all.append(region)
-        cell = region.version.cell
-        if cell is None:
+        if region.version.cell is None:
             self.unversioned.append(region)
         else:
             self.versioned.append(region)
-            self.cells.append(cell)
-            self.last.append(region.version.last)
+            self.versions.add(ctypes.addressof(region.version.cell))
 
     def _moved(self) -> list[Any]:
-        now = list(map(_VALUE, self.cells))
+        now = self.versions.read()
         moved = list(self.unversioned)
-        if now != self.last:
-            moved += [self.versioned[i] for i, (a, b) in enumerate(zip(now, self.last, strict=True)) if a != b]
+        if not surface_watch.same_words(now, self.last):
+            # A namespace added since the last look counts as moved: its own version says whether it did.
+            moved += [self.versioned[i] for i in surface_watch.moved_words(now, self.last)]
             self.last = now
         return moved
 

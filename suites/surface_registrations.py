@@ -40,6 +40,12 @@ def _recording(kind: str, original: Callable[..., Any]) -> Callable[..., Any]:
     return register
 
 
+def registration_place(kind: str) -> str:
+    """A registration's place: the call that made it (`torch._inductor.pattern_matcher.register_replacement()`),
+    never a place of a namespace."""
+    return f"{PATTERN_PLACE}.{kind}()"
+
+
 def registrations() -> list[tuple[str, str, str]]:
     """(kind, file, digest) of each pattern registration from outside torch, by file content."""
     return [(kind, where, key.rsplit(" ", 1)[-1]) for key, (kind, where) in sorted(_registrations.items())]

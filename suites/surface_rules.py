@@ -30,6 +30,7 @@ from __future__ import annotations
 import builtins
 import dis
 import functools
+import gc
 import re
 import types
 from collections.abc import Iterable
@@ -85,10 +86,16 @@ class Writes:
         if self._indexed < len(self.functions):
             pending = [fn.__code__ for fn in self.functions[self._indexed:]]
             self._indexed = len(self.functions)
-            while pending:
-                code = pending.pop()
-                self.names.update(_stored(code))
-                pending += [c for c in code.co_consts if type(c) is types.CodeType]
+            collecting = gc.isenabled()
+            gc.disable()  # short-lived strings and lists, no cycles: no reason to walk torch's whole heap meanwhile
+            try:
+                while pending:
+                    code = pending.pop()
+                    self.names.update(_stored(code))
+                    pending += [c for c in code.co_consts if type(c) is types.CodeType]
+            finally:
+                if collecting:
+                    gc.enable()
         return name in self.names
 
 

@@ -21,15 +21,16 @@ milliseconds (`surface_watch.py`): a namespace whose dict version did not move i
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
 import sys
 import types
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from suites import surface_watch
 from suites.surface_place import MISSING, Difference
-from suites.surface_regions import Region, Regions, same
+from suites.surface_regions import Region, Regions, reuse, same
 
 _LRU_WRAPPER = type(functools.lru_cache(lambda: None))
 
@@ -41,12 +42,19 @@ def in_space(name: str) -> bool:
 class _Facet:
     """One facet (`__code__`, a closure cell's contents, ...) of many functions or cells, compared as one list."""
 
-    __slots__ = ("places", "owners", "name", "slot", "read", "fast", "stock", "seen", "found", "guarded", "copies")
+    __slots__ = ("places", "owners", "name", "slot", "read", "fast", "stock", "seen", "found", "guarded", "copies",
+                 "words", "word_of", "held", "seen_words")
 
     def __init__(self, name: str, slot: str, read: Callable[[Any], Any], fast: Callable[[Any], Any] | None = None,
-                 guarded: bool = False) -> None:
+                 guarded: bool = False, word_of: Callable[[Any], tuple[int, Any]] | None = None) -> None:
         self.name, self.slot, self.read, self.fast, self.guarded = name, slot, read, fast or read, guarded
         self.copies = name == "__kwdefaults__"  # what was seen must not change with the live dict
+        # One machine word per owner that moves whenever the facet can have (a cell's pointer to its contents, the
+        # version of a kwdefaults dict or of a function's __dict__), read in one gather: the facet only when one did.
+        self.word_of = word_of
+        self.words = surface_watch.Words() if word_of is not None else None
+        self.held: list[Any] = []  # what the words are read from, kept alive
+        self.seen_words: Any = []
         self.places: list[str] = []
         self.owners: list[Any] = []
         self.stock: list[Any] = []
@@ -55,6 +63,10 @@ class _Facet:
 
     def add(self, place: str, owner: Any) -> None:
         value = self.read(owner)
+        if self.words is not None and self.word_of is not None:
+            address, held = self.word_of(owner)
+            self.words.add(address)
+            self.held.append(held)
         self.places.append(place)
         self.owners.append(owner)
         self.stock.append(value)
@@ -64,6 +76,13 @@ class _Facet:
         # Unreported, a difference found earlier may still have been undone in place (a kwdefaults dict).
         if self.guarded and not self.found and not surface_watch.functions_may_have_moved():
             return None
+        if self.words is not None:
+            if self.slot == "facet" and surface_watch.functions_may_have_moved():
+                self._take_words()  # a function's kwdefaults or __dict__ may be another dict now: watch that one
+            pointers = self.words.read()
+            if surface_watch.same_words(pointers, self.seen_words):
+                return None
+            self.seen_words = pointers
         try:
             now = list(map(self.fast, self.owners))  # C speed; the slow reader copes with what the fast one cannot
         except (AttributeError, ValueError):
@@ -74,6 +93,14 @@ class _Facet:
             except Exception:  # noqa: BLE001 - a value whose __eq__ fails (a tensor): moved
                 return now
         return None if same(now, self.seen) else now
+
+    def _take_words(self) -> None:
+        assert self.word_of is not None
+        self.words, self.held, self.seen_words = surface_watch.Words(), [], []
+        for owner in self.owners:
+            address, held = self.word_of(owner)
+            self.words.add(address)
+            self.held.append(held)
 
     def check(self) -> list[Difference]:
         now = self.moved()
@@ -93,9 +120,11 @@ class _Facet:
         self.seen = list(map(self.read, self.owners)) if self.copies else now
 
     def _diff(self, now: list[Any]) -> list[Difference]:
-        return [Difference(f"{place}.{self.name}" if self.name else place, old, new, self.slot, owner, self.name)
-                for place, owner, old, new in zip(self.places, self.owners, self.stock, now, strict=True)
-                if new is not old and not (type(old) is dict and new == old)]
+        moved = itertools.compress(range(len(now)), map(operator.is_not, now, self.stock))  # at C speed
+        return reuse(self.found, [(i, self.stock[i], now[i]) for i in moved
+                                  if not (self.copies and now[i] == self.stock[i])],
+                     lambda i, old, new: Difference(f"{self.places[i]}.{self.name}" if self.name else self.places[i],
+                                                    old, new, self.slot, self.owners[i], self.name))
 
 
 def _cell_contents(cell: types.CellType) -> Any:
@@ -109,6 +138,16 @@ def _kwdefaults(fn: types.FunctionType) -> Any:
     # A copy: the dict is mutable in place, and a change of its contents is a change of the function.
     kwdefaults = fn.__kwdefaults__
     return dict(kwdefaults) if kwdefaults is not None else None
+
+
+def _version_of(attribute: str) -> Callable[[Any], tuple[int, Any]]:
+    """Where the version of a function's dict attribute lives (its kwdefaults, its __dict__), and the dict. A new
+    dict assigned there is not seen this way: the audit hook reports kwdefaults; a function's __dict__ replaced
+    wholesale is not watched."""
+    def word(fn: Any) -> tuple[int, Any]:
+        held = getattr(fn, attribute)
+        return id(held) + surface_watch.OFFSET, held  # type: ignore[operator]
+    return word
 
 
 def _wrapped(fn: types.FunctionType) -> Any:
@@ -128,12 +167,17 @@ class Snapshot:
                         _Facet("__defaults__", "facet", operator.attrgetter("__defaults__"), guarded=True),
                         _Facet("__kwdefaults__", "facet", _kwdefaults, read_kwdefaults, guarded=True)]
         # Changes in place are not: read at every diff, only where the snapshot found one.
-        self.kwdefaults = _Facet("__kwdefaults__", "facet", _kwdefaults, read_kwdefaults)
-        self.wrapped = _Facet("__wrapped__", "facet", _wrapped, operator.attrgetter("__wrapped__"))
-        self.cells = _Facet("", "cell", _cell_contents, operator.attrgetter("cell_contents"))
+        versions = surface_watch.VERSIONS and surface_watch.OFFSET is not None
+        self.kwdefaults = _Facet("__kwdefaults__", "facet", _kwdefaults, read_kwdefaults,
+                                 word_of=_version_of("__kwdefaults__") if versions else None)
+        self.wrapped = _Facet("__wrapped__", "facet", _wrapped, operator.attrgetter("__wrapped__"),
+                              word_of=_version_of("__dict__") if versions else None)
+        self.cells = _Facet("", "cell", _cell_contents, operator.attrgetter("cell_contents"),
+                            word_of=lambda cell: (id(cell) + surface_watch.CELL_OFFSET, cell))
         self.functions: list[types.FunctionType] = []
         self._taken: set[int] = set()  # ids of the namespaces, functions and cells already in
         self._modules_seen = 0
+        self._names: set[str] = set()
         self.ignored: set[str] = set()  # modules of the space that are not torch's (inductor's generated code)
 
     @property
@@ -144,6 +188,7 @@ class Snapshot:
         for name, module in list(sys.modules.items()):
             if in_space(name) and isinstance(module, types.ModuleType):
                 self.add_module(name, module)
+        self._names.update(sys.modules.keys())
         self._modules_seen = len(sys.modules)
 
     def add_module(self, name: str, module: types.ModuleType) -> None:
@@ -181,6 +226,7 @@ class Snapshot:
             self._taken.add(id(fn))
             if fn.__code__.co_filename.startswith(self.stock_dir):
                 self.functions.append(fn)
+                surface_watch.watch(fn)
                 for facet in self.guarded:
                     facet.add(where, fn)
                 if fn.__kwdefaults__ is not None:
@@ -215,15 +261,19 @@ class Snapshot:
             facet.absorb(accept)
         surface_watch.functions_checked()
 
-    def unseen_modules(self) -> Iterator[tuple[str, types.ModuleType]]:
-        """Modules of the space in sys.modules that the snapshot never took (cheap while sys.modules did not grow)."""
+    def new_modules(self) -> list[tuple[str, Any]]:
+        """Entries of sys.modules added since the last call (any name), found by a set difference at C speed."""
         if len(sys.modules) == self._modules_seen:
-            return
+            return []
         self._modules_seen = len(sys.modules)
-        for name, module in list(sys.modules.items()):
-            if in_space(name) and name not in self.modules and name not in self.ignored and \
-                    isinstance(module, types.ModuleType):
-                yield name, module
+        names = sys.modules.keys() - self._names
+        self._names.update(names)
+        return [(name, sys.modules[name]) for name in names if name in sys.modules]
+
+    def unseen(self, added: list[tuple[str, Any]]) -> list[tuple[str, types.ModuleType]]:
+        """Of those, the modules of the space the snapshot never took."""
+        return [(name, module) for name, module in added if in_space(name) and name not in self.modules
+                and name not in self.ignored and isinstance(module, types.ModuleType)]
 
 
 def _is_class(value: Any) -> bool:

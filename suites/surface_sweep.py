@@ -47,12 +47,13 @@ def changed_entries() -> list[tuple[str, Any, str]]:
 
 
 def space_changes() -> list[compiler_surface.Change]:
-    """Every change but table entries, pattern registrations and config settings (the sweep reads inductor's config
-    itself): each could touch any op."""
-    entries = {change.place for *_entry, change in _entries()}
-    config = tuple(f"{name}." for name in surface_registrations.CONFIG_MODULES)
-    return [change for change in compiler_surface.changes() if change.place not in entries
-            and not change.place.startswith((surface_registrations.PATTERN_PLACE + ".", *config))]
+    """Every change but table entries, pattern registrations and passes in the config (the sweep reads inductor's
+    config itself): each could touch any op."""
+    found = [change for difference, change, _line in compiler_surface._judged()
+             if difference.slot not in ("table", "attr")]
+    registered = {surface_registrations.registration_place(kind) for kind, *_rest in
+                  surface_registrations.registrations()}
+    return found + [change for change in compiler_surface._other_changes() if change.place not in registered]
 
 
 def changed_overrides() -> list[tuple[str, str]]:

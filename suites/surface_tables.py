@@ -13,6 +13,7 @@ from typing import Any
 
 from suites import surface_watch
 from suites.surface_place import MISSING, Difference
+from suites.surface_regions import reuse
 
 # The tables, by module: (name, attribute).
 TABLES = {
@@ -63,10 +64,10 @@ class Table:
         self.seen, self.found = now, self._diff(now)
 
     def _diff(self, now: dict[Any, Any]) -> list[Difference]:
-        found = [Difference(f"{self.place}[{key}]", old, now.get(key, MISSING), "table", self.table, key)
-                 for key, old in self.stock.items() if now.get(key, MISSING) is not old]
-        return found + [Difference(f"{self.place}[{key}]", MISSING, value, "table", self.table, key)
-                        for key, value in now.items() if key not in self.stock]
+        return reuse(self.found, [(key, old, now.get(key, MISSING)) for key, old in self.stock.items()
+                                  if now.get(key, MISSING) is not old]
+                     + [(key, MISSING, value) for key, value in now.items() if key not in self.stock],
+                     lambda key, old, new: Difference(f"{self.place}[{key}]", old, new, "table", self.table, key))
 
     def entry(self, difference: Difference) -> tuple[str, Any] | None:
         """(table name, key) when the difference is one of this table's entries."""

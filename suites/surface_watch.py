@@ -22,6 +22,7 @@ from typing import Any
 
 _FACETS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 _state = {"hooked": False, "moved": True, "opened": True}
+_watched: set[int] = set()  # ids of the snapshot's functions (it holds them: an id is not reused meanwhile)
 
 
 def _version_offset() -> int | None:
@@ -41,8 +42,77 @@ def _version_offset() -> int | None:
     return offset if first != second != third and read(id(probe) + offset).value == third else None
 
 
-_OFFSET = _version_offset()
+OFFSET = _OFFSET = _version_offset()
 VERSIONS = _OFFSET is not None
+CELL_OFFSET = 2 * ctypes.sizeof(ctypes.c_void_p)  # a cell's pointer to its contents, after the object header
+
+
+class Words:
+    """The machine words at many addresses of this process (dict versions, cells' pointers to their contents), read
+    in one gather: numpy indexes a view of the address range that holds them, so thousands cost a fraction of a
+    millisecond; without numpy, one ctypes read each. Only addresses of objects something here holds are added."""
+
+    def __init__(self) -> None:
+        self.addresses: list[int] = []
+        self._index: Any = None
+        self._view: Any = None
+
+    def __len__(self) -> int:
+        return len(self.addresses)
+
+    def add(self, address: int) -> int:
+        self.addresses.append(address)
+        self._index = None
+        return len(self.addresses) - 1
+
+    def read(self) -> Any:
+        """The words now: a numpy array, or a list (compare with `same_words`)."""
+        if _numpy is None or not self.addresses:
+            return [ctypes.c_uint64.from_address(a).value for a in self.addresses]
+        if self._index is None:
+            base, top = min(self.addresses), max(self.addresses) + 8
+            try:
+                self._view = _numpy.frombuffer((ctypes.c_char * (top - base)).from_address(base),
+                                               dtype=_numpy.uint64)
+            except (OverflowError, MemoryError, ValueError):  # a range no buffer can span: one by one
+                return [ctypes.c_uint64.from_address(a).value for a in self.addresses]
+            self._index = (_numpy.array(self.addresses, dtype=_numpy.uint64) - base) // 8
+        return self._view[self._index]
+
+
+def same_words(now: Any, before: Any) -> bool:
+    return bool(len(now) == len(before) and (now == before).all()) if _numpy is not None and len(now) else \
+        list(now) == list(before)
+
+
+def moved_words(now: Any, before: Any) -> list[int]:
+    """The indices where two reads differ; those past the end of `before` (addresses added since) included."""
+    common = min(len(now), len(before))
+    if _numpy is not None and common and not isinstance(now, list) and not isinstance(before, list):
+        moved = [int(i) for i in _numpy.flatnonzero(now[:common] != before[:common])]
+    else:
+        moved = [i for i in range(common) if now[i] != before[i]]
+    return moved + list(range(common, len(now)))
+
+
+def _gatherer() -> Any:
+    """numpy, where reading a cell's pointer and a dict's version through a view gives what ctypes gives."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    probe: dict[str, int] = {"a": 1}
+    held = object()
+    cell = (lambda: held).__closure__[0]  # type: ignore[index]
+    words = [id(cell) + CELL_OFFSET] + ([id(probe) + _OFFSET] if VERSIONS else [])
+    base = min(words)
+    view = numpy.frombuffer((ctypes.c_char * (max(words) + 8 - base)).from_address(base), dtype=numpy.uint64)
+    read = view[(numpy.array(words, dtype=numpy.uint64) - base) // 8]
+    ok = int(read[0]) == id(held) and (not VERSIONS or int(read[1]) == ctypes.c_uint64.from_address(words[1]).value)
+    return numpy if ok else None
+
+
+_numpy = _gatherer()
 
 
 class DictVersion:
@@ -73,7 +143,7 @@ class DictVersion:
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
-    if event == "object.__setattr__" and len(args) > 1 and args[1] in _FACETS:
+    if event == "object.__setattr__" and len(args) > 1 and args[1] in _FACETS and id(args[0]) in _watched:
         _state["moved"] = True
     elif event == "ctypes.dlopen":  # torch.ops.load_library and cpp_extension's loads go through ctypes
         _state["opened"] = True
@@ -88,6 +158,10 @@ def watch_functions() -> None:
     except Exception:  # noqa: BLE001 - refused by another hook: facets are then read at every diff
         return
     _state["hooked"] = True
+
+
+def watch(fn: Any) -> None:
+    _watched.add(id(fn))
 
 
 def functions_may_have_moved() -> bool:
