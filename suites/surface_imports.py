@@ -59,10 +59,13 @@ class Finder(importlib.abc.MetaPathFinder):
             self.depth += 1
             try:
                 execute(module)
+                # What the import left under its name: a module of torch's may put another object there itself
+                # (torch.backends.xnnpack puts its engine), and that one is torch's.
+                loaded = sys.modules.get(fullname, module)
                 for callback in _callbacks.pop(fullname, []):
-                    callback(module)
-                if in_space(fullname):
-                    self.on_loaded(fullname, module)
+                    callback(loaded)
+                if in_space(fullname) and isinstance(loaded, types.ModuleType):
+                    self.on_loaded(fullname, loaded)
             finally:
                 self.depth -= 1
                 if outer:
