@@ -16,14 +16,25 @@ from typing import Any
 SUITES_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _MAX_FUNCTIONS = 400
 _stock_dirs: tuple[str, ...] = ()
+_torch_dir = "<torch not located yet>"
 
 
 def set_stock_roots(torch: Any) -> None:
     """Torch's, the suites' and the standard library's directories: code there is not the repository's."""
-    global _stock_dirs
+    global _stock_dirs, _torch_dir
+    _torch_dir = os.path.realpath(os.path.dirname(torch.__file__)) + os.sep
     roots = {os.path.dirname(torch.__file__), SUITES_DIR, sysconfig.get_paths()["stdlib"],
              sysconfig.get_paths()["platstdlib"]}
     _stock_dirs = tuple(os.path.realpath(r) + os.sep for r in roots)
+
+
+def is_ours(filename: str) -> bool:
+    """Code of compile-ci's suites (their recording and capture wrappers)."""
+    return filename.startswith(SUITES_DIR)
+
+
+def is_torch(filename: str) -> bool:
+    return filename.startswith(_torch_dir) or os.path.realpath(filename).startswith(_torch_dir)
 
 
 def is_stock(filename: str) -> bool:
@@ -60,7 +71,52 @@ def file_digest(code: types.CodeType) -> str:
         return hashlib.sha256(material).hexdigest()[:16]
 
 
+def where(value: Any, checkout: str = "") -> str:
+    """`file:line` of the code outside torch that `value` is (or its class, for an object), relative to `checkout`
+    when inside it; '' for torch's own code and for data."""
+    code = _code_of(value)
+    if code is None or is_stock(code.co_filename):
+        return ""
+    return f"{where_file(code.co_filename, checkout)}:{code.co_firstlineno}"
+
+
+def where_file(path: str, checkout: str = "") -> str:
+    """`path`, relative to `checkout` when inside it."""
+    real = os.path.realpath(path) if os.path.isabs(path) else path
+    root = os.path.realpath(checkout) + os.sep if checkout else ""
+    return real[len(root):] if root and real.startswith(root) else real
+
+
+def _code_of(value: Any, depth: int = 0) -> types.CodeType | None:
+    kind = type(value)
+    if kind is types.CodeType:
+        return value
+    if kind is types.FunctionType:
+        return value.__code__
+    inner = getattr(value, "__func__", None) if kind in (staticmethod, classmethod, types.MethodType) else \
+        value.fget if kind is property else getattr(value, "func", None) if isinstance(value, functools.partial) \
+        else None
+    if inner is not None and depth < 8:
+        return _code_of(inner, depth + 1)
+    if issubclass(kind, type) and depth < 8:
+        functions = [v for v in vars(value).values() if type(v) in (types.FunctionType, staticmethod, classmethod)]
+        codes = [c for c in (_code_of(f, depth + 1) for f in functions) if c is not None]
+        return min(codes, key=lambda c: c.co_firstlineno) if codes else None
+    if kind is types.ModuleType:
+        return None
+    return _code_of(kind, depth + 1) if callable(value) and depth < 8 else None
+
+
 def _reachable(item: Any, files: set[str]) -> list[Any]:
+    if isinstance(item, types.CodeType):
+        if not is_stock(item.co_filename):
+            files.add(file_digest(item))
+        return []
+    if isinstance(item, types.ModuleType):
+        path = item.__dict__.get("__file__")
+        if isinstance(path, str) and not is_stock(path) and os.path.isfile(path):
+            files.add(path_digest(path))
+        return []
     if isinstance(item, functools.partial):
         return [item.func, *item.args, *item.keywords.values()]
     if isinstance(item, types.MethodType):

@@ -1,240 +1,266 @@
-"""The compiler surface a repository changes at run time, folded into torch's compile-cache keys.
+"""The compiler surface a repository changes at run time: anything in torch's compiler packages that differs from
+torch's own at compile time. It keys torch's compile caches, aims the op sweep, and is recorded for the service.
 
 Torch's FX-graph and AOT-autograd caches key a graph by the graph, inductor's config, custom passes' `uuid()` and
-torch's own sources; not by lowerings, decompositions or passes that a repository's code installs while it runs. So a
-pull request that breaks such a patch would be served the kernels its default branch compiled (a false green).
+torch's own sources; not by Python that changes torch's compiler while it runs. So a pull request that breaks such
+a patch would be served the kernels its default branch compiled (a false green). Here, in the job:
 
-Here, in the job: inductor's tables and codegen override classes are snapshotted as torch defines them (right
-after their modules are imported; install() runs before pytest imports any plugin, suites/pytest_entry.py), and
-before every inductor compile the difference — entries added, replaced or removed in the lowering, fallback and
-decomposition tables, methods of the override classes, callables in inductor's config, pattern-matcher
-registrations made from outside torch — is hashed, with the content of every file outside torch that those entries'
-code comes from (followed through wrappers, closures and the globals they call). The hash becomes
-`torch.compiler.config.cache_key_tag` (the repository's own tag, if any, is kept in front): a change there misses the
-cache, and a repository that changes nothing keeps the untagged key and every hit.
+- `install()`, before any code of the repository runs (suites/pytest_entry.py), snapshots torch as torch defines
+  it: every module of torch (the compiler packages and what they import), their classes and functions
+  (surface_snapshot.py), inductor's op tables entry by entry (surface_tables.py), and every module of torch imported
+  later, as soon as its code ran (surface_imports.py). It wraps inductor's entry point, `compile_fx`.
+- Before every inductor compile, `refresh_tag()` diffs torch against the snapshot. Whatever differs and is not
+  torch's own run-time state (surface_rules.py says how that is told) is the repository's change (`changes()`):
+  hashed, with the content of the files its code comes from (code_origin.py), into
+  `torch.compiler.config.cache_key_tag` (`compile-ci-surface-<hash>`, after the repository's own tag). A repository
+  that changes nothing keeps the untagged key and every hit. Also counted: pattern registrations and passes in
+  inductor's config from outside torch (surface_registrations.py), torch files that differ from the runner's, and
+  native code the repository loaded (surface_files.py): then every compile gets a tag of its own (no hit at all).
+
+Interfaces: `install()`, `installed()`, `fingerprint() -> str` ('' when nothing changed), `refresh_tag()`,
+`changes() -> list[Change]`, `restored()` (a context manager: torch's own objects back in every changed place for
+its duration, the repository's after), `write_record(path)` (surface.json, see suites/README.md), and for the op
+sweep `changed_entries()`, `changed_overrides()`, `sources()`, `entry_sources()`, `override_sources()`,
+`pattern_sources()`, `space_changes()`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
-import importlib.abc
-import importlib.machinery
 import os
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
-from suites.code_origin import SUITES_DIR, file_digest, is_stock, origin, qualname, set_stock_roots
+from suites import code_origin, surface_files, surface_imports, surface_registrations, surface_rules, surface_watch
+from suites.surface_place import KINDS, MISSING, Change, Difference
+from suites.surface_snapshot import Snapshot
+from suites.surface_tables import TABLES, Table, tables_of
 
 PREFIX = "compile-ci-surface-"
-_snapshots: dict[str, dict[Any, int]] = {}
-_overrides: dict[str, dict[str, Any]] = {}  # "module.Class" -> its methods as torch defines them
-_registrations: set[str] = set()  # "kind file-digest" of pattern registrations made from outside torch
-_installed = False
-_user_tag = ""
-_last_set: str | None = None  # the tag this module set last: anything else there is the repository's own
-# The tables, by module: (name, attribute, is a set).
-_TABLES = {
-    "torch._inductor.lowering": (("lowering", "lowerings", False), ("fallback", "fallbacks", True)),
-    "torch._inductor.decomposition": (("inductor-decomposition", "decompositions", False),),
-    "torch._decomp": (("decomposition", "decomposition_table", False),),
-}
-# Where inductor turns its `ops.*` calls into code, by module: a repository that patches a method here changes codegen
-# for every op that calls it, without touching the tables above.
-OVERRIDE_CLASSES = {
-    "torch._inductor.ops_handler": ("BasicMathOpsMixin",),
-    "torch._inductor.codegen.common": ("OpDecompositions", "OpOverrides"),
-    "torch._inductor.codegen.cpp": ("CppOverrides", "CppVecOverrides"),
-    "torch._inductor.codegen.triton": ("TritonOverrides",),
-}
+TEXT_LIMIT = 300  # the longest name of native code in the job's log
+@dataclass
+class _State:
+    snapshot: Snapshot
+    writes: surface_rules.Writes
+    files: surface_files.TorchFiles
+    native: surface_files.NativeCode
+    location: str  # why torch is not the runner's own, or ''
+    tables: list[Table]
+    memo: dict[int, tuple[Difference, Change | None, str]]
+    token: str  # this process's own tag, for a job whose native code no key can describe
+    broken: str = ""  # why what the surface saw cannot be trusted: every compile then misses the cache
+    user_tag: str = ""
+    last_set: str | None = None  # the tag this module set last: anything else there is the repository's own
+    warned: bool = False
+
+
+_state: _State | None = None
 
 
 def install() -> None:
-    """Snapshot the tables and override classes as torch defines them and wrap inductor's entry point; call before
-    the repository's code."""
-    global _installed
+    """Snapshot torch as torch defines it and wrap inductor's entry point; call before the repository's code (again:
+    nothing, the first snapshot stays)."""
+    global _state
     import torch
 
-    if _installed:  # already installed (the entry, the plugin and the ops suite may all ask): keep the first snapshot
+    if _state is not None:
         return
-    _installed = True
-    set_stock_roots(torch)
-    for module, tables in _TABLES.items():
-        _after_import(module, functools.partial(_snapshot, tables))
-    for module, classes in OVERRIDE_CLASSES.items():
-        _after_import(module, functools.partial(_snapshot_overrides, classes))
-    _after_import("torch._inductor.pattern_matcher", _watch_registrations)
-    _after_import("torch._inductor.compile_fx", _wrap_compile_fx)
+    code_origin.set_stock_roots(torch)
+    surface_watch.watch_functions()
+    torch_dir = os.path.dirname(torch.__file__)
+    snapshot = Snapshot(os.path.realpath(torch_dir) + os.sep)
+    caches = [os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""), os.environ.get("TRITON_CACHE_DIR", ""),
+              os.path.join(os.environ.get("TMPDIR", "/tmp"), f"torchinductor_{os.environ.get('USER', '')}")]
+    _state = _State(snapshot, surface_rules.Writes(snapshot.functions), surface_files.TorchFiles(torch_dir),
+                    surface_files.NativeCode(torch_dir, caches),
+                    surface_files.torch_location_problem(torch_dir, os.environ.get("COMPILE_CI_CHECKOUT", "")),
+                    [], {}, os.urandom(8).hex())
+    for module in TABLES:
+        surface_imports.after_import(module, _add_tables)
+    for module in surface_registrations.CONFIG_MODULES:
+        surface_imports.after_import(module, surface_registrations.take_config)
+    surface_imports.after_import("torch._inductor.pattern_matcher", surface_registrations.watch_registrations)
+    surface_imports.after_import("torch._inductor.compile_fx", _wrap_compile_fx)
+    snapshot.take()
+    for name, module in snapshot.modules.items():
+        _state.files.check(name, module)
+        _add_entries(name)
+    finder = surface_imports.Finder(_guarded(_state.snapshot.diff), _guarded(_loaded), _guarded(_absorb))
+    surface_imports.install(finder)
 
 
 def installed() -> bool:
-    return _installed
+    return _state is not None
 
 
-def changed_entries() -> list[tuple[str, Any, str]]:
-    """(table, key, description) of every entry added, replaced or removed in inductor's tables since the snapshot,
-    and ("pattern", None, description) per pattern registration from outside torch: what fingerprint() hashes but
-    inductor's config, for a suite that aims at what the repository changed."""
-    entries: list[tuple[str, Any, str]] = []
-    for module, tables in _TABLES.items():
-        loaded = sys.modules.get(module)
-        for name, attribute, is_set in tables if loaded is not None else ():
-            table = getattr(loaded, attribute, None)
-            if table is not None and f"{module}.{attribute}" in _snapshots:
-                entries += [(name, key, line) for key, line in
-                            _table_changes(name, table, _snapshots[f"{module}.{attribute}"], is_set)]
-    return entries + [("pattern", None, line) for line in sorted(_registrations)]
+def _add_tables(module: types.ModuleType) -> None:
+    assert _state is not None
+    for table in tables_of(module):
+        _state.tables.append(table)
+        _state.snapshot.regions.add(table)
 
 
-def changed_overrides() -> list[tuple[str, str]]:
-    """("Class.method", description) of every method added, replaced or removed in inductor's codegen override
-    classes since the snapshot (whatever the new code's origin: torch adds none there while it compiles)."""
-    changes = []
-    for qualified, stock in sorted(_overrides.items()):
-        module, _, name = qualified.rpartition(".")
-        cls = getattr(sys.modules.get(module), name, None)
-        current = _methods(cls) if cls is not None else {}
-        for attribute in sorted(set(current) | set(stock)):
-            value = current.get(attribute)
-            if attribute in stock and value is stock[attribute]:
-                continue
-            what = "removed" if attribute not in current else f"-> {qualname(value)} {origin(value)}"
-            changes.append((f"{name}.{attribute}", f"override {name}.{attribute} {what}"))
-    return changes
+def _add_entries(name: str) -> None:
+    """The functions of a module's tables: a lowering's closure is torch's too (after the module's own attributes,
+    so that a function both hold is named by its module)."""
+    assert _state is not None
+    for table in _state.tables:
+        for key, value in list(table.stock.items()) if table.module == name and not table.is_set else ():
+            _state.snapshot.add_callable(f"{table.place}[{key}]", value)
 
 
-def sources(value: Any) -> frozenset[str]:
-    """The content digests of the files outside torch that `value`'s code comes from (code_origin.origin): a change
-    touches it when it changes one of those files, wherever the job imports them from (checkout or site-packages)."""
-    return frozenset(origin(value).split(",")) - {""}
+def _loaded(name: str, module: types.ModuleType) -> None:
+    assert _state is not None
+    _state.snapshot.add_module(name, module)
+    _state.files.check(name, module)
+    _add_entries(name)
 
 
-def entry_sources(table_name: str, key: Any) -> frozenset[str] | None:
-    """sources() of a changed table entry; None for a removed entry, whose remover cannot be told."""
-    for module, tables in _TABLES.items():
-        loaded = sys.modules.get(module)
-        for name, attribute, is_set in tables if loaded is not None else ():
-            table = getattr(loaded, attribute, None)
-            if name == table_name and table is not None and key in table:
-                return sources(key if is_set else _unwrap_ours(table[key]))
-    return None
+def _absorb() -> None:
+    assert _state is not None
+    _state.snapshot.absorb(_torch_own)
 
 
-def override_sources(method: str) -> frozenset[str] | None:
-    """The same for a changed override method ("CppOverrides.sin"); None when it was removed."""
-    class_name, _, attribute = method.partition(".")
-    for qualified in _overrides:
-        module, _, name = qualified.rpartition(".")
-        cls = getattr(sys.modules.get(module), name, None) if name == class_name else None
-        if cls is not None and attribute in vars(cls):
-            return sources(vars(cls)[attribute])
-    return None
+def _torch_own(value: Any) -> bool:
+    return value is MISSING or not surface_rules.is_code(value) or not code_origin.origin(value)
 
 
-def pattern_sources() -> frozenset[str]:
-    """The content digests of the files outside torch that registered patterns."""
-    return frozenset(line.rsplit(" ", 1)[-1] for line in _registrations)
+def _guarded(step: Any) -> Any:
+    """A step of an import's window: an error there must not break torch's import; it makes the key unknown."""
+    def run(*args: Any) -> None:
+        try:
+            step(*args)
+        except Exception as exc:  # noqa: BLE001
+            assert _state is not None
+            _state.broken = f"the compiler surface could not follow an import of torch's ({exc!r})"
+            _warn(_state.broken + "; every compile of this job misses the cache")
+    return run
+
+
+def _differences() -> list[Difference]:
+    assert _state is not None
+    added = _state.snapshot.new_modules()
+    _state.native.note(added)
+    for name, module in _state.snapshot.unseen(added):
+        path = module.__dict__.get("__file__")
+        if isinstance(path, str) and surface_files.under(os.path.realpath(path), _state.native.caches()):
+            _state.snapshot.ignored.add(name)  # inductor's generated code, loaded under a name of torch's
+        else:  # put there by a finder ahead of ours, or by hand: taken late
+            _loaded(name, module)
+    return _state.snapshot.diff() + surface_registrations.config_changes()
+
+
+def _judged() -> list[tuple[Difference, Change, str]]:
+    """Each difference that is the repository's change, with its Change and the line the fingerprint hashes."""
+    assert _state is not None
+    memo = {}
+    for difference in _differences():
+        known = _state.memo.get(id(difference))
+        memo[id(difference)] = known if known is not None and known[0] is difference else _judge(difference)
+    _state.memo = memo
+    return [(d, change, line) for d, change, line in memo.values() if change is not None]
+
+
+def _judge(difference: Difference) -> tuple[Difference, Change | None, str]:
+    assert _state is not None
+    if not surface_rules.judge(difference, _state.writes):
+        return difference, None, ""
+    new = surface_rules.unwrap_ours(difference.new)
+    where = code_origin.where(new, os.environ.get("COMPILE_CI_CHECKOUT", "")) if new is not MISSING else ""
+    change = Change(difference.place, difference.kind, where, surface_rules.sources([new]))
+    return difference, change, f"{change.place} {change.kind} {surface_rules.describe(new)}"
+
+
+def changes() -> list[Change]:
+    """Every change of the repository's to torch's compiler, now."""
+    return [change for _d, change, _line in _judged()] + _other_changes()
+
+
+def _other_changes() -> list[Change]:
+    """Pattern registrations, torch's files, native code: changes that are not a place of the snapshot."""
+    assert _state is not None, "install() first"
+    found = []
+    checkout = os.environ.get("COMPILE_CI_CHECKOUT", "")
+    for kind, path, digest in surface_registrations.registrations():
+        where = code_origin.where_file(path, checkout)
+        found.append(Change(surface_registrations.registration_place(kind), "added", where, frozenset({digest})))
+    if _state.location:
+        found.append(Change("torch", "torch files differ", _state.location, frozenset()))
+    for name, problem in sorted(_state.files.problems.items()):
+        digest = _state.files.digests.get(name)
+        found.append(Change(name, "torch files differ", problem, frozenset({digest} if digest else ())))
+    for path, digest in sorted(_state.native.check().items()):
+        found.append(Change(f"native {os.path.basename(path)}", "native code", code_origin.where_file(path, checkout),
+                            frozenset({digest})))
+    return found
 
 
 def fingerprint() -> str:
-    """'' when the repository changed nothing in the compiler; else a hash of what it changed and the code behind it."""
-    lines = [line for _table, _key, line in changed_entries()] + [line for _key, line in changed_overrides()]
-    config = sys.modules.get("torch._inductor.config")
-    if config is not None:
-        # Read entry by entry: get_config_copy() deep-copies, and a repository's pass object need not be copyable.
-        for key in sorted(getattr(config, "_config", {})):
-            value = getattr(config, key, None)
-            if value is not None and (callable(value) or hasattr(value, "uuid")):
-                where = origin(value)
-                if where:
-                    lines.append(f"config {key} -> {where}")
+    """'' when the repository changed nothing in the compiler; else a hash of what it changed and the code behind it
+    (this process's own token when it loaded native code: no other job's key can match)."""
+    assert _state is not None, "install() first"
+    if _state.broken:
+        raise RuntimeError(_state.broken)
+    others = _other_changes()
+    if any(change.kind == "native code" for change in others):
+        return f"native-{_state.token}"
+    lines = {line for _d, _change, line in _judged()}
+    # A registration by the content of its file (not its path: the same patch imported from elsewhere hits).
+    lines |= {f"{c.place} {c.kind} {'' if c.kind == 'added' else c.where} {','.join(sorted(c.sources))}"
+              for c in others}
     return hashlib.sha256("\n".join(sorted(lines)).encode()).hexdigest()[:32] if lines else ""
 
 
 def refresh_tag() -> str:
     """Set torch's cache-key tag from the current fingerprint (the repository's own tag kept) and return ours."""
-    global _user_tag, _last_set
     import torch
 
+    assert _state is not None, "install() first"
     try:
         ours = fingerprint()
-    except Exception as exc:  # noqa: BLE001 - whatever a patched table holds, a compile must not break on it
+    except Exception as exc:  # noqa: BLE001 - whatever a patched torch holds, a compile must not break on it
         # Unknown is not "unchanged": this compile misses the cache rather than risk another version's kernels.
-        ours = f"unknown-{os.getpid()}-{id(exc)}"
+        ours = f"unknown-{_state.token}-{id(exc)}"
         print(f"compile-ci: the compiler surface could not be fingerprinted ({exc!r}); compiling uncached",
               file=sys.stderr)
+    if ours.startswith("native-") and not _state.warned:
+        _state.warned = True
+        loaded = ", ".join(sorted(os.path.basename(p) for p in _state.native.found))[:TEXT_LIMIT]
+        _warn(f"this job loaded native code of its own ({loaded}); no key can describe what it changes, so every "
+              "compile of this job bypasses the compile cache (nothing read from it, nothing another job can hit)")
     current = torch.compiler.config.cache_key_tag
-    if current != _last_set:
-        _user_tag = current  # whatever the repository (or TORCH_COMPILE_CACHE_KEY_TAG) set
-    _last_set = f"{_user_tag}{PREFIX}{ours}" if ours else _user_tag
-    torch.compiler.config.cache_key_tag = _last_set
+    if current != _state.last_set:
+        _state.user_tag = current  # whatever the repository (or TORCH_COMPILE_CACHE_KEY_TAG) set
+    _state.last_set = f"{_state.user_tag}{PREFIX}{ours}" if ours else _state.user_tag
+    torch.compiler.config.cache_key_tag = _state.last_set
     return ours
 
 
-def _identities(table: Any, is_set: bool) -> dict[Any, int]:
-    return {key: id(key) for key in table} if is_set else {key: id(_unwrap_ours(v)) for key, v in table.items()}
+def _warn(message: str) -> None:
+    print(f"compile-ci: {message}", file=sys.stderr)
 
 
-def _unwrap_ours(value: Any) -> Any:
-    """The suites' own recording wrappers (suites/harness.py) around a table's entry are not a change to it."""
-    while isinstance(value, types.FunctionType) and hasattr(value, "__wrapped__") and \
-            value.__code__.co_filename.startswith(SUITES_DIR):
-        value = value.__wrapped__
-    return value
-
-
-def _table_changes(name: str, table: Any, stock: dict[Any, int], is_set: bool) -> list[tuple[Any, str]]:
-    changes = []
-    current = _identities(table, is_set)
-    for key, identity in current.items():
-        if stock.get(key) == identity:
-            continue
-        value = key if is_set else _unwrap_ours(table[key])
-        where = origin(value)
-        # A torch function newly registered under a new key is torch's own lazy registration (e.g. oneDNN ops at the
-        # first compile); one under an existing key, or anything from outside torch, is the repository's change.
-        if where or key in stock:
-            changes.append((key, f"{name} {key} -> {qualname(value)} {where}"))
-    changes += [(key, f"{name} {key} removed") for key in stock if key not in current]
-    return changes
-
-
-def _snapshot(tables: tuple[tuple[str, str, bool], ...], module: types.ModuleType) -> None:
-    for _name, attribute, is_set in tables:
-        table = getattr(module, attribute, None)
-        if table is not None:
-            _snapshots[f"{module.__name__}.{attribute}"] = _identities(table, is_set)
-
-
-def _methods(cls: type) -> dict[str, Any]:
-    return {attribute: value for attribute, value in vars(cls).items() if not attribute.startswith("__")}
-
-
-def _snapshot_overrides(classes: tuple[str, ...], module: types.ModuleType) -> None:
-    for name in classes:
-        cls = getattr(module, name, None)
-        if isinstance(cls, type):
-            _overrides[f"{module.__name__}.{name}"] = _methods(cls)
-
-
-def _watch_registrations(module: types.ModuleType) -> None:
-    """Pattern replacements keep only traced graphs, not the code that made them: record who registered them."""
-    for name in ("register_replacement", "register_graph_pattern", "register_lowering_pattern"):
-        original = getattr(module, name, None)
-        if original is not None:
-            setattr(module, name, _recording(name, original))
-
-
-def _recording(kind: str, original: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def register(*args: Any, **kwargs: Any) -> Any:
-        caller = sys._getframe(1).f_code  # torch registering its own patterns lazily is torch's business
-        if not is_stock(caller.co_filename):
-            _registrations.add(f"pattern {kind} {file_digest(caller)}")
-        return original(*args, **kwargs)
-    return register
+@contextlib.contextmanager
+def restored() -> Iterator[list[Change]]:
+    """Torch's own object back in every changed place for the body, the repository's put back after. Yields the
+    changes that cannot be undone so (pattern registrations, torch's files, native code)."""
+    assert _state is not None, "install() first"
+    judged = _judged()
+    undone = [(difference, difference.new) for difference, _change, _line in judged]
+    kept = {change.place for _d, change, _line in judged}
+    for difference, _new in undone:
+        # A copy of a snapshot's dict (kwdefaults): what the function holds must not be what is compared against.
+        difference.put(dict(difference.old) if type(difference.old) is dict else difference.old)
+    try:
+        yield [change for change in changes() if change.place not in kept]
+    finally:
+        for difference, new in reversed(undone):
+            difference.put(new)
 
 
 def _wrap_compile_fx(module: types.ModuleType) -> None:
@@ -249,33 +275,23 @@ def _wrap_compile_fx(module: types.ModuleType) -> None:
 
 
 def after_import(name: str, callback: Callable[[types.ModuleType], None]) -> None:
-    """Run `callback(module)` once `name` has been imported (now, if it already is)."""
-    _after_import(name, callback)
+    """Run `callback(module)` once `name` has been imported (now, if it already is), before the snapshot takes it."""
+    surface_imports.after_import(name, callback)
 
 
-def _after_import(name: str, callback: Callable[[types.ModuleType], None]) -> None:
-    if name in sys.modules:
-        callback(sys.modules[name])
-        return
-    sys.meta_path.insert(0, _AfterImport(name, callback))
+# The op sweep's view and the job's record, over the functions above.
+from suites.surface_record import write_record  # noqa: E402
+from suites.surface_sweep import (  # noqa: E402
+    OVERRIDE_CLASSES,
+    changed_entries,
+    changed_overrides,
+    entry_sources,
+    override_sources,
+    pattern_sources,
+    sources,
+    space_changes,
+)
 
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    def __init__(self, name: str, callback: Callable[[types.ModuleType], None]) -> None:
-        self.name, self.callback = name, callback
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        execute, callback = spec.loader.exec_module, self.callback
-
-        def exec_module(module: types.ModuleType) -> None:
-            execute(module)
-            callback(module)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+__all__ = ["Change", "KINDS", "OVERRIDE_CLASSES", "PREFIX", "changed_entries", "changed_overrides", "changes",
+           "entry_sources", "fingerprint", "install", "installed", "override_sources", "pattern_sources",
+           "refresh_tag", "restored", "sources", "space_changes", "write_record"]

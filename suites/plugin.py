@@ -1,7 +1,9 @@
 """Per-test artifacts (loaded with `-p suites.plugin`): generated code, compile metrics and failure repros.
 
-Writes `$COMPILE_CI_OUTPUT_DIR/tests/<sanitised node id>/`: `output_code_<n>.py` for every graph inductor
-compiled (the wrapper with its C++ or Triton kernels), `metrics.json`, and `repro.py` when the test failed.
+Writes `$COMPILE_CI_OUTPUT_DIR/tests/<sanitised node id>/`: `output_code_<n>.py` for every graph inductor compiled
+(the wrapper with its C++ or Triton kernels), `metrics.json`, and `repro.py` when the test failed; and at the
+session's end `$COMPILE_CI_OUTPUT_DIR/surface.json`, the compiler surface's fingerprint and the repository's changes
+(suites/compiler_surface.py; format in suites/README.md).
 Active for the built-in suites and for the repository's own tests alike; without the variable it does nothing.
 """
 
@@ -24,6 +26,7 @@ from suites.naming import sanitise_nodeid
 from suites.reruns import earlier_attempts
 
 OUTPUT_ENV = "COMPILE_CI_OUTPUT_DIR"
+SURFACE_FILE = "surface.json"  # the compiler fingerprint and what the repository changed (suites/README.md)
 TARGET_PROPERTY = "compile_ci_target"
 FORWARDED_ENV = ("COMPILE_CI_DEVICE", "COMPILE_CI_TARGETS", "COMPILE_CI_CHECKOUT")
 
@@ -31,8 +34,7 @@ FORWARDED_ENV = ("COMPILE_CI_DEVICE", "COMPILE_CI_TARGETS", "COMPILE_CI_CHECKOUT
 if os.environ.get(OUTPUT_ENV):
     # Jobs take the baseline earlier still (suites/pytest_entry.py); here, for pytest started any other way with
     # this plugin: ahead of the `pytest11` entry points pytest loads after the command line's `-p`, and of every
-    # conftest.py. Inductor's tables and override classes as torch defines them, so what the repository changes
-    # in them keys the compile caches.
+    # conftest.py. Torch as torch defines it, so what the repository changes in its compiler keys the compile caches.
     compiler_surface.install()
     if os.environ.get("COMPILE_CI_BISECT_SECONDS"):  # what the bisection's suspect pair puts back
         from suites import bisect_session
@@ -241,3 +243,12 @@ def pytest_configure(config: pytest.Config) -> None:
             from suites import bisect_session
 
             bisect_session.register(config, Path(output))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    output = os.environ.get(OUTPUT_ENV)
+    if output and compiler_surface.installed():
+        try:
+            compiler_surface.write_record(os.path.join(output, SURFACE_FILE))
+        except Exception as exc:  # noqa: BLE001 - a record missing is reported, the session's results are kept
+            print(f"compile-ci: the compiler surface's record could not be written ({exc!r})", flush=True)

@@ -1,11 +1,11 @@
 """How a job starts pytest: `python -m suites.pytest_entry ARGS...` is `python -m pytest ARGS...` with the compiler
-surface's baseline (suites/compiler_surface.py) taken first.
+surface's snapshot of torch as torch defines it (suites/compiler_surface.py) taken first.
 
 pytest imports plugins before any hook of ours can run: the `-p` options of the repository's `addopts` (put before
 the command line's own, so before `-p suites.plugin`) and the `pytest11` entry points of every installed
-distribution (the repository's editable install, its dependencies). A patch of inductor made there would be taken
-for torch's own. Here nothing of the repository has run yet but what the interpreter itself runs at its start
-(`.pth` files, `sitecustomize`).
+distribution (the repository's editable install, its dependencies). A patch of torch's compiler made there would be
+taken for torch's own. Here nothing of the repository has run yet but what the interpreter itself runs at its start
+(`.pth` files, `sitecustomize`); torch's modules imported later are taken by the surface's import hook.
 
 Two parts of every job's fixed cost are cut here too (docs/benchmarks.md, "a job's fixed cost"): inductor's
 source keys come precomputed (suites/source_keys.py), and the process ends without tearing down its heap. Once

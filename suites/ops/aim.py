@@ -4,28 +4,25 @@ On a pull request the service lists the files the change touches (COMPILE_CI_CHA
 checkout); a change of the repository's compiler surface is aimed at only when the code behind it comes from one of
 those files (by content, as the cache key sees it: the same file imported from the checkout or from site-packages),
 so a pull request that edits one lowering of many sweeps that lowering's ops, not every op the repository patches.
-Without the list (a push, a base run, a change that touches the install or config files) every change counts.
+Without the list (a push, a base run, a change that touches the install or config files) every change counts; so
+does a change whose code cannot be told (a place rebound to another of torch's functions, a removal, data).
 
-Stock torch is the baseline (the snapshot of inductor's tables and codegen override classes that
-``suites/compiler_surface.py`` takes before any repository code runs, plus this module's own snapshot of inductor's
-config). Exact: an entry of the lowering, fallback or
-decomposition tables added, replaced or removed aims at the ops whose route (``routes.py``) goes through that
-entry's family. Conservative, every op: a custom pass in inductor's config, a pattern registration, a codegen
-override method, a changed config setting, or a torch that is not the runner's own.
+Stock torch is the baseline: ``suites/compiler_surface.py`` snapshots all of torch's compiler before any repository
+code runs, and this module snapshots inductor's config. Exact: an entry of the lowering, fallback or decomposition
+tables added, replaced or removed aims at the ops whose route (``routes.py``) goes through that entry's family.
+Every op: anything else the repository changed in torch's compiler (a function, method, class, module, closure,
+default of a function; a codegen override; a pattern registration; a custom pass or any setting in inductor's
+config; torch's own files; native code it loaded): which ops reach it cannot be proven, so none is left out.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import site
 import sys
-import sysconfig
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-
-import torch
 
 from .. import code_origin, compiler_surface
 from ..op_families import family_of
@@ -135,25 +132,11 @@ def _touched_by(changed: frozenset[str] | None) -> Callable[[frozenset[str] | No
     return touched
 
 
-def _is_installed_torch(environ: Mapping[str, str]) -> bool:
-    """Whether torch comes from the interpreter's own site-packages, not from the checkout, its installed
-    dependencies or anything else put on the path (a repository that brings its own torch changes every op)."""
-    here = os.path.realpath(torch.__file__)
-    checkout = environ.get("COMPILE_CI_CHECKOUT", "")
-    if checkout and here.startswith(os.path.realpath(checkout) + os.sep):
-        return False
-    paths = sysconfig.get_paths()
-    roots = {paths["purelib"], paths["platlib"], site.getusersitepackages(), *site.getsitepackages()}
-    return any(here.startswith(os.path.realpath(root) + os.sep) for root in roots if root)
-
-
 def _global_changes(baseline: Baseline, environ: Mapping[str, str], touched: Callable[[frozenset[str] | None], bool],
                     untouched: list[str]) -> list[str]:
     """Changes that could touch any op, one line each (those whose code the pull request did not change go to
     `untouched`)."""
     found = []
-    if not _is_installed_torch(environ):
-        found.append(f"torch is not the runner's own: imported from {os.path.dirname(torch.__file__)}")
     now = internals.config_snapshot()
     for key in sorted(set(now) | set(baseline.config)):
         if key not in _OWN_CONFIG and now.get(key) != baseline.config.get(key):
@@ -163,11 +146,17 @@ def _global_changes(baseline: Baseline, environ: Mapping[str, str], touched: Cal
                 continue
             what = "a pass can rewrite any op's graph" if passes else "it applies to every op"
             found.append(f"config {key}: {baseline.config.get(key)} -> {now.get(key)}: {what}")
-    for key, _line in compiler_surface.changed_overrides():
-        if touched(compiler_surface.override_sources(key)):
-            found.append(f"codegen override {key} changed: every op whose code calls it")
+    overrides = {f"{module}.{name}.": name for module, names in compiler_surface.OVERRIDE_CLASSES.items()
+                 for name in names}
+    for change in compiler_surface.space_changes():
+        prefix = next((p for p in overrides if change.place.startswith(p)), None)
+        what = f"codegen override {overrides[prefix]}.{change.place[len(prefix):]} changed: every op whose code " \
+               "calls it" if prefix else f"{change.place} {change.kind}: no op can be proven out of its reach"
+        at = f" ({change.where})" if change.where else ""
+        if touched(change.sources):
+            found.append(what + at)
         else:
-            untouched.append(f"codegen override {key}: not in a file this pull request changed, so not swept")
+            untouched.append(f"{change.place}{at}: not in a file this pull request changed, so not swept")
     return found
 
 

@@ -1,9 +1,11 @@
-"""Issue 27 through the whole service (webhook -> Celery worker -> DockerRunner -> real torch.compile -> check runs):
-a repository whose own package patches inductor at run time (a lowering, a decomposition, a custom pass with a
-constant uuid, a codegen override). A warm trusted cache must not bend a verdict: a pull request that breaks any of
-the four patches is red although the default branch warmed the cache, one that changes nothing else hits the cache,
-and a member's pull request that plants files in its compile cache reaches neither its base run (which starts after
-the pull request's job finished: one job at a time) nor the default branch."""
+"""Issues 27 and 38 through the whole service (webhook -> Celery worker -> DockerRunner -> real torch.compile -> check
+runs): a repository whose own package changes inductor at run time — a lowering, a decomposition, a custom pass with
+a constant uuid, a codegen override (issue 27), and, at its import, a function of a module of inductor, a method of a
+class that is no override, a decomposition's `__code__` and a lowering's closure cell (issue 38: no list of known
+places has them). A warm trusted cache must not bend a verdict: a pull request that breaks any of the eight patches
+is red although the default branch warmed the cache (and red on a cold cache too), one that changes nothing else hits
+the cache, and a member's pull request that plants files in its compile cache reaches neither its base run (which
+starts after the pull request's job finished: one job at a time) nor the default branch."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ import contextlib
 import dataclasses
 import os
 import subprocess
-import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,121 +26,43 @@ from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, push_event
 from service.devkit.sandbox.sample_repo import commit_file
 from service.devkit.sandbox.stack import INSTALLATION_ID
+from service.jobs.base_runs import NULL_SHA
 from service.jobs.tasks import create_worker_celery
 from service.store import Store, job_id_of_external
+from tests.integration.surface_repo import (
+    BROKEN,
+    BROKEN_REBINDS,
+    CONFIG,
+    CONFTEST,
+    CUSTOM_PASS,
+    DECOMPOSITION,
+    LOWERING,
+    OVERRIDE,
+    REBINDS,
+    TESTS,
+)
 from tests.integration.test_base_judgement import deliver, head_of
 from tests.integration.test_pipeline import FULL_NAME, await_check_runs
 
 pytestmark = pytest.mark.e2e
 REPO_ID = 4027
-CONFIG = '[suites]\nrun = ["repo"]\ndevices = ["cpu"]\nrepo_tests = ["tests"]\n'
-# The repository's package: three run-time patches of inductor, each a no-op on the numbers.
-LOWERING = '''
-import torch
-from torch._inductor.lowering import lowerings
-
-_stock = lowerings[torch.ops.aten.sin.default]
+COLD_NAME, COLD_ID = "octo/widgets-cold", 4028  # the same repository under another name: its trusted cache is cold
 
 
-def sin_lowering(x):
-    return _stock(x)
-
-
-lowerings[torch.ops.aten.sin.default] = sin_lowering
-'''
-DECOMPOSITION = '''
-import torch
-from torch._inductor.decomposition import decompositions
-
-
-def sinh(x):
-    return (x.exp() - (-x).exp()) * 0.5
-
-
-decompositions[torch.ops.aten.sinh.default] = sinh
-'''
-CUSTOM_PASS = '''
-import torch
-from torch._inductor import config
-from torch._inductor.custom_graph_pass import CustomGraphPass
-
-
-class KeepAdds(CustomGraphPass):
-    def __call__(self, graph):
-        pass
-
-    def uuid(self):
-        return "keep-adds-v1"  # never bumped: torch's key cannot tell two versions apart
-
-
-config.post_grad_custom_post_pass = KeepAdds()
-'''
-OVERRIDE = '''
-from torch._inductor.codegen.cpp import CppOverrides, CppVecOverrides
-
-
-def _keep(stock):
-    def override(*args, **kwargs):
-        return stock(*args, **kwargs)
-
-    return staticmethod(override)
-
-
-for _cls in (CppOverrides, CppVecOverrides):  # the C++ inductor writes for sin, scalar and vectorised
-    _cls.sin = _keep(_cls.sin)
-'''
-BROKEN = {
-    "lowering": ("compilerpatch/lowering.py", LOWERING.replace("sin.default]\n\n\ndef", "cos.default]\n\n\ndef")),
-    "decomposition": ("compilerpatch/decomposition.py", DECOMPOSITION.replace(" - (-x).exp()", "")),
-    "custom pass": ("compilerpatch/custom_pass.py", CUSTOM_PASS.replace("        pass\n", textwrap.indent(
-        "for node in graph.nodes:\n    if node.target == torch.ops.aten.add.Tensor:\n"
-        "        node.target = torch.ops.aten.sub.Tensor\n", " " * 8))),
-    "codegen override": ("compilerpatch/override.py", OVERRIDE.replace("_keep(_cls.sin)", "_keep(_cls.cos)")),
-}
-CONFTEST = '''
-import os, sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import compilerpatch.lowering, compilerpatch.decomposition  # noqa: E401,F401
-import compilerpatch.custom_pass, compilerpatch.override  # noqa: E401,F401
-'''
-TESTS = '''
-import os, pathlib
-
-import torch
-
-PLANTED = "planted-by-a-pull-request"
-
-
-def f(x):
-    return torch.sin(x) + torch.sinh(x) * 2 + 1
-
-
-def test_compiled_matches_eager():
-    x = torch.linspace(-1, 1, 16)
-    torch.testing.assert_close(torch.compile(f)(x), f(x))
-
-
-def test_no_pull_request_wrote_this_jobs_cache():
-    cache = pathlib.Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
-    assert not (cache / PLANTED).exists(), "a pull request's cache write reached this job"
-    if (pathlib.Path(__file__).parent / "PLANT").exists():
-        (cache / PLANTED).write_text("a member's pull request was here")
-'''
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    path = tmp_path / "repos" / FULL_NAME
+def _sample_repo(path: Path) -> Path:
     path.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True)
     for name, text in ((".compile-ci.toml", CONFIG), ("compilerpatch/__init__.py", ""),
                        ("compilerpatch/lowering.py", LOWERING), ("compilerpatch/decomposition.py", DECOMPOSITION),
                        ("compilerpatch/custom_pass.py", CUSTOM_PASS), ("compilerpatch/override.py", OVERRIDE),
-                       ("tests/conftest.py", CONFTEST),
-                       ("tests/test_surface.py", TESTS)):
+                       *REBINDS.items(), ("tests/conftest.py", CONFTEST), ("tests/test_surface.py", TESTS)):
         commit_file(path, "main", name, text, f"add {name}")
     return path
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return _sample_repo(tmp_path / "repos" / FULL_NAME)
 
 
 @pytest.fixture
@@ -154,8 +77,9 @@ def docker_worker(settings: Settings, tmp_path: Path, emulator: GitHubEmulator) 
     image = os.environ.get("COMPILE_CI_TEST_RUNNER_IMAGE", settings.runner_image_cpu)
     settings = dataclasses.replace(settings, runner="docker", runner_image_cpu=image)
     (tmp_path / "suites" / "correctness").mkdir(parents=True)
-    emulator.add_repo(FULL_NAME)
-    emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
+    for name in (FULL_NAME, COLD_NAME):
+        emulator.add_repo(name)
+    emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME, COLD_NAME])
     # One job at a time (the cpu worker), planning and reports beside it: a pull request's base run, queued behind
     # its head job, starts only once that finished, so the poisoning order is the one replayed, not left to a race.
     github, cpu = (create_worker_celery(settings, suites_dir=tmp_path / "suites") for _ in range(2))
@@ -172,15 +96,23 @@ def _push(settings: Settings, before: str, after: str) -> None:
                                          before=before, after=after))
 
 
-def _pull_request(settings: Settings, number: int, head: str, base: str) -> None:
+def _pull_request(settings: Settings, number: int, head: str, base: str, name: str = FULL_NAME,
+                  repo_id: int = REPO_ID) -> None:
     deliver(settings, "pull_request", pull_request_event(
-        "opened", full_name=FULL_NAME, repo_id=REPO_ID, installation_id=INSTALLATION_ID,
-        clone_url=f"https://github.com/{FULL_NAME}.git", number=number, head_sha=head, head_ref=f"pr{number}",
+        "opened", full_name=name, repo_id=repo_id, installation_id=INSTALLATION_ID,
+        clone_url=f"https://github.com/{name}.git", number=number, head_sha=head, head_ref=f"pr{number}",
         base_sha=base, association="MEMBER"))
 
 
-def _done(emulator: GitHubEmulator, sha: str) -> dict[str, Any]:
-    (check_run,) = await_check_runs(emulator, sha, 1, timeout_s=300)
+def _done(emulator: GitHubEmulator, sha: str, name: str = FULL_NAME) -> dict[str, Any]:
+    if name == FULL_NAME:
+        (check_run,) = await_check_runs(emulator, sha, 1, timeout_s=300)
+    else:
+        deadline = time.monotonic() + 300
+        while not [r for r in emulator.check_runs(name) if r["head_sha"] == sha and r["status"] == "completed"] \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        (check_run,) = [r for r in emulator.check_runs(name) if r["head_sha"] == sha]
     assert check_run["status"] == "completed", check_run
     return check_run
 
@@ -193,8 +125,13 @@ def _compiled_test(settings: Settings, check_run: dict[str, Any]) -> dict[str, A
     return result.metrics
 
 
+def _branch(repo: Path, name: str, start: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", name, start], check=True)
+
+
+@pytest.mark.timeout(1800)  # fifteen jobs, one at a time
 def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_worker: Settings,
-                                                             emulator: GitHubEmulator) -> None:
+                                                             emulator: GitHubEmulator, tmp_path: Path) -> None:
     settings = docker_worker
     unpushed = head_of(repo)  # a base with no push run: its pull request gets a base run of its own
     first = commit_file(repo, "main", "README.md", "compiler patches\n", "docs")
@@ -203,8 +140,18 @@ def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_
     assert (warm["conclusion"], warm["output"]["title"]) == ("success", "2 passed"), warm["output"]
     assert _compiled_test(settings, warm)["fx_graph_cache_misses"] >= 1  # the default branch fills the cache
 
+    # Cold: where nothing warmed the trusted cache (the same repository under another name), a pull request that
+    # breaks the four rebinds is red (no base: its failures are new).
+    cold_repo = _sample_repo(tmp_path / "repos" / COLD_NAME)
+    for kind, (path, text) in BROKEN_REBINDS.items():
+        cold = commit_file(cold_repo, "cold", path, text, f"break the {kind}")
+    _pull_request(settings, 100, cold, NULL_SHA, COLD_NAME, COLD_ID)
+    red = _done(emulator, cold, COLD_NAME)
+    assert red["conclusion"] == "failure" and "test_compiled_matches_eager" in red["output"]["summary"], red["output"]
+    assert _compiled_test(settings, red)["fx_graph_cache_hits"] == 0, "a cold cache hit"
+
     # A member's pull request plants a file in its cache; its base run (at an unpushed sha) runs after it.
-    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "plant", unpushed], check=True)
+    _branch(repo, "plant", unpushed)
     planting = commit_file(repo, "plant", "tests/PLANT", "", "plant a file in the compile cache")
     _pull_request(settings, 1, planting, unpushed)
     planted = _done(emulator, planting)
@@ -212,7 +159,7 @@ def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_
 
     # Each broken patch is red although the default branch warmed the cache for the very same graph.
     for number, (kind, (path, text)) in enumerate(BROKEN.items(), start=2):
-        subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", f"broken{number}", first], check=True)
+        _branch(repo, f"broken{number}", first)
         head = commit_file(repo, f"broken{number}", path, text, f"break the {kind}")
         _pull_request(settings, number, head, first)
         red = _done(emulator, head)
@@ -220,9 +167,9 @@ def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_
         assert "test_compiled_matches_eager" in red["output"]["summary"], (kind, red["output"])
 
     # Nothing of the compiler changed: the pull request hits what the default branch compiled.
-    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-b", "docs", first], check=True)
+    _branch(repo, "docs", first)
     docs = commit_file(repo, "docs", "README.md", "compiler patches, documented\n", "more docs")
-    _pull_request(settings, 6, docs, first)
+    _pull_request(settings, 20, docs, first)
     hit = _done(emulator, docs)
     assert hit["conclusion"] == "success", hit["output"]
     assert _compiled_test(settings, hit)["fx_graph_cache_hits"] >= 1, _compiled_test(settings, hit)
@@ -249,3 +196,27 @@ def test_patches_key_the_cache_and_no_pull_request_writes_it(repo: Path, docker_
     assert head_job.finished_at is not None and all(
         j.started_at is not None and j.started_at >= head_job.finished_at for j in base_jobs), \
         [(j.id, j.started_at, head_job.finished_at) for j in base_jobs]
+
+
+@pytest.mark.heavy  # ten jobs; the default run proves cold red with one pull request that breaks all four at once
+@pytest.mark.timeout(1500)
+def test_each_rebind_is_red_on_a_cold_cache_and_on_a_warm_one(repo: Path, docker_worker: Settings,
+                                                             emulator: GitHubEmulator) -> None:
+    settings = docker_worker
+    unpushed = head_of(repo)
+    for number, (kind, (path, text)) in enumerate(BROKEN_REBINDS.items(), start=1):
+        _branch(repo, f"cold{number}", unpushed)
+        head = commit_file(repo, f"cold{number}", path, text, f"break the {kind}")
+        _pull_request(settings, number, head, NULL_SHA)
+        red = _done(emulator, head)
+        assert red["conclusion"] == "failure", (kind, "cold", red["output"])
+    first = commit_file(repo, "main", "README.md", "compiler patches\n", "docs")
+    _push(settings, unpushed, first)
+    assert _done(emulator, first)["conclusion"] == "success"
+    for number, (kind, (path, text)) in enumerate(BROKEN_REBINDS.items(), start=11):
+        _branch(repo, f"warm{number}", first)
+        head = commit_file(repo, f"warm{number}", path, text, f"break the {kind}")
+        _pull_request(settings, number, head, first)
+        red = _done(emulator, head)
+        assert red["conclusion"] == "failure", (kind, "warm", red["output"])
+        assert "test_compiled_matches_eager" in red["output"]["summary"], (kind, red["output"])
