@@ -198,9 +198,6 @@ def take_baseline() -> None:
     """torch's compiler as torch defines it, which the suspect pair puts back: taken before the repository's code
     runs (suites/plugin.py's import in a job, repro.py's start with --bisect)."""
     compiler_surface.install()
-    from suites import compiler_surface_standin  # STAND-IN (issue 38): the lead drops these two lines when merging
-
-    compiler_surface_standin.install()
 
 
 def register(config: pytest.Config, output_dir: Path | None) -> None:
