@@ -24,9 +24,12 @@ from service.jobs.lifecycle import JobState
 from service.jobs.outcome import judge, read_attempt, read_json, write_meta
 from service.jobs.planning import builtin_suites, job_queue, ops_scope
 from service.jobs.selection import Selected, not_affected_env, read_selection
+from service.jobs.surface_file import read_fingerprint
 from service.observability.worker import job_finished, job_started
+from service.planning.reuse_plan import plan_reuse
 from service.repo_config import RepoConfig
 from service.store import Job, Run
+from service.store.reuse import record_fingerprint
 from service.store.shards import add_not_affected
 
 log = logging.getLogger(__name__)
@@ -106,7 +109,7 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
     out = ctx.settings.artifacts_dir / run.id / job.id / str(job.attempt)
 
     def selecting(config: RepoConfig, mirror: Path, checkout: Path) -> Selected:
-        decision = affected.decide_for_job(ctx, run, job, config.targets, mirror, checkout)
+        decision = plan_reuse(ctx, run, job, config, mirror, checkout).decision
         return Selected({**not_affected_env(decision.not_affected), **affected.changed_files_env(job.suite,
                                                                                                  decision.changed)},
                         decision.line)
@@ -238,6 +241,7 @@ def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: l
     ctx.store.replace_results(job.id, job.attempt, attempt.records)
     if selected.asked_not_affected:  # only what the service left out: the job cannot add to it
         add_not_affected(ctx.store, job.id, job.attempt, read_selection(out).not_affected)
+    record_fingerprint(ctx.store, job.id, job.attempt, read_fingerprint(out))
     ctx.store.replace_artifacts(job.id, job.attempt, artifact_index(out))
     if lifecycle.complete(ctx.store, job, outcome) is None:
         log.warning("job %s attempt %d: no longer running; its result is kept but not reported", job.id, job.attempt)

@@ -31,6 +31,7 @@ from service.jobs import (
     comment_commands,
     pipeline,
     reaper,
+    reused,
     run_planning,
     shard_reaper,
     sharding,
@@ -122,7 +123,9 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
     @app.task(name=REPORT_JOB, bind=True, shared=False)
     def report_job(self: Task, job_id: str) -> None:
         try:
+            reused.judge_reused(ctx, job_id)  # its reused results, or a re-run when they do not hold
             reporting.report_job(ctx, job_id)
+            reused.tell_consumers(ctx, job_id)  # the jobs that reuse its results
         except TransientGitHubError as exc:
             _retry_later(self, exc)
 
