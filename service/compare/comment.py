@@ -51,6 +51,10 @@ def render_comment(head_sha: str, base_sha: str | None, checks: list[CheckSummar
                 and c.judgement.base.status in (BaseStatus.BROKEN, BaseStatus.NONE)]
     if waiting:
         lines += ["", f"Base still running for {', '.join(waiting)}: this comment is updated when it finishes."]
+    reused = [f"{plain(c.name, inline=True)} {c.verdict.not_affected} from {link('the base job', c.judgement.base.url)}"
+              for c in checks if c.verdict.not_affected and c.judgement is not None and c.judgement.base.url]
+    if reused:
+        lines += ["", f"Reused, not run (nothing they depend on changed since the base): {'; '.join(reused)}."]
     if unusable:
         lines += ["", f"No usable base result for {', '.join(unusable)}: judged as without a base."]
     for title, pick in (

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from service.compare.job_verdict import JobVerdict, job_verdict
+from service.compare.job_verdict import JobVerdict, job_verdict, reused_verdict
 from service.compare.judgement import BaseStatus, Judgement
 from service.compare.summary import annotation_level, render_section, violation_annotations
 from service.compare.verdicts import Verdict
@@ -82,6 +82,8 @@ def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url:
         summary = summary + "\n" + render_section(judgement, lambda nodeid: test_url(job_url, nodeid))
     text = truncate(_failure_text(failures), MAX_TEXT, job_url + "/log")
     verdict = verdict_of(job, judgement)
+    if judgement is None:  # a push: what it reused counts as its own (service/compare/job_verdict.py)
+        verdict = reused_verdict(verdict, [(r.outcome, r.reused_from) for r in results if r.not_affected])
     conclusion = verdict.conclusion
     if job.torch_advisory:
         summary = f"{ADVISORY_NOTE.format(torch=job.torch)}\n\n{summary}"
