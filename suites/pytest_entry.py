@@ -15,13 +15,38 @@ import sys
 
 
 def main() -> int:
-    if os.environ.get("COMPILE_CI_OUTPUT_DIR"):  # in a job (suites/plugin.py's OUTPUT_ENV)
+    out = os.environ.get("COMPILE_CI_OUTPUT_DIR")
+    if out:  # in a job (suites/plugin.py's OUTPUT_ENV)
         from suites import compiler_surface
 
         compiler_surface.install()
     import pytest
 
-    return pytest.console_main()
+    code = pytest.console_main()
+    if out:
+        write_surface(out)
+    return code
+
+
+def write_surface(out: str) -> None:
+    """`surface.json`: the compiler fingerprint this job measured, which the service compares with the one recorded
+    with any results it reuses for this job (service/planning/reuse_check.py). A stand-in until the job writes the
+    full surface (issue 38): the fingerprint and the changed table entries."""
+    import json
+
+    from suites import compiler_surface
+
+    try:
+        changes = [{"place": str(key), "kind": table, "where": line} for table, key, line in
+                   compiler_surface.changed_entries()]
+        changes += [{"place": key, "kind": "override", "where": line} for key, line in
+                    compiler_surface.changed_overrides()]
+        data = {"fingerprint": compiler_surface.fingerprint(), "changes": changes}
+    except Exception as exc:  # noqa: BLE001 - unknown: the service then reuses nothing for this job
+        print(f"compile-ci: the compiler surface could not be written ({exc!r})", file=sys.stderr)
+        return
+    with open(os.path.join(out, "surface.json"), "w") as handle:
+        json.dump(data, handle)
 
 
 if __name__ == "__main__":
