@@ -65,8 +65,9 @@ def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url:
     base = {"name": job.check_name, "head_sha": run.head_sha, "external_id": job.external_id,
             "details_url": job_url}
     if job.state == "queued":
+        said = f"\n\n{truncate(inert_markdown(job.detail), MAX_DETAIL, job_url)}" if job.detail else ""
         return CheckRunView(status="queued", title=plain_title(job.title or "Queued"),
-                            summary=f"Waiting for a {job.device} runner.", **base)
+                            summary=f"Waiting for a {job.device} runner.{said}", **base)
     if job.state == "running":
         return CheckRunView(status="in_progress", title=_progress_title(job), summary=_progress(job, job_url),
                             **base)
