@@ -24,9 +24,9 @@ import tomllib
 from pathlib import Path
 
 from runners.checkout import Checkout
-from service.jobs.context import WorkerContext
 from service.jobs.install import InstallFailed
 from service.jobs.lifecycle import Gate, RunState
+from service.planning.worker import Planner
 from service.repo_config import CONFIG_FILE, DEVICES, ConfigProblem, RepoConfig, parse_repo_config
 from service.store import NewRun, Run
 
@@ -35,7 +35,7 @@ NULL_SHA = "0" * 40
 BASE_TRIGGER = "base"
 
 
-def link_base(ctx: WorkerContext, run: Run, config_text: str) -> str | None:
+def link_base(ctx: Planner, run: Run, config_text: str) -> str | None:
     """The run whose results serve as this pull request run's base (linked in the store), or None."""
     if run.trigger != "pull_request" or not run.base_sha or run.base_sha == NULL_SHA:
         return None
@@ -52,7 +52,7 @@ def link_base(ctx: WorkerContext, run: Run, config_text: str) -> str | None:
     return base.id
 
 
-def runner_builds(ctx: WorkerContext) -> list[str]:
+def runner_builds(ctx: Planner) -> list[str]:
     """The runner builds (image and torch) of every device: a base result is only valid for them."""
     return [ctx.runner.cache_key(device) for device in DEVICES]
 
@@ -69,7 +69,7 @@ def base_key(config_text: str, builds: list[str]) -> str:
     return hashlib.sha256("\0".join([material, *builds]).encode()).hexdigest()[:24]
 
 
-def _base_run(ctx: WorkerContext, run: Run, config_text: str) -> Run:
+def _base_run(ctx: Planner, run: Run, config_text: str) -> Run:
     key = base_key(config_text, runner_builds(ctx))
     gate = Gate.TRUSTED if run.gate == Gate.TRUSTED else Gate.APPROVED
     new = NewRun(repo_full_name=run.repo_full_name, repo_id=run.repo_id, installation_id=run.installation_id,
@@ -98,7 +98,7 @@ def job_config(checkout: Checkout, mirror: Path, run: Run, suites: tuple[str, ..
     return dataclasses.replace(config, requirements=own.requirements, install_package=own.install_package)
 
 
-def plan_base(ctx: WorkerContext, run: Run) -> None:
+def plan_base(ctx: Planner, run: Run) -> None:
     """Ask for the planning of the pull request run's base run, if it still needs it: sent after the pull request's
     own jobs are queued, so an idle worker starts on them, not on the base (the reaper resends a lost message)."""
     base = ctx.store.get_run(run.base_run_id) if run.base_run_id else None

@@ -18,11 +18,11 @@ from pathlib import Path
 
 from service.jobs import affected
 from service.jobs.base_runs import job_config
-from service.jobs.context import WorkerContext
 from service.jobs.import_closure import ModuleIndex, TooLarge, closure
 from service.jobs.install import InstallFailed
 from service.jobs.planning import builtin_suites
 from service.planning.reuse_keys import Inputs, closure_digest, config_digest, group_keys, group_specs, suites_digest
+from service.planning.worker import Planner
 from service.repo_config import RepoConfig
 from service.store import Job, Run, Store, job_id_for
 from service.store.reuse import Planned, inputs_of, record_plan, refuted_before
@@ -61,7 +61,7 @@ class ReusePlan:
     source_run: str = ""
 
 
-def plan_reuse(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, mirror: Path,
+def plan_reuse(ctx: Planner, run: Run, job: Job, config: RepoConfig, mirror: Path,
                checkout: Path) -> ReusePlan:
     """Decide, and record (with this attempt's keys) before the job runs. Anything unsure runs everything."""
     inputs = Inputs(suites_digest(ctx.suites_dir), ctx.runner.build_id(job.device), job.device, job.torch,
@@ -99,7 +99,7 @@ def _keys(inputs: Inputs, config: RepoConfig, checkout: Path) -> dict[str, str]:
     return group_keys(inputs, config, closures)
 
 
-def _decide(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, mirror: Path, checkout: Path,
+def _decide(ctx: Planner, run: Run, job: Job, config: RepoConfig, mirror: Path, checkout: Path,
             inputs: Inputs) -> ReusePlan:
     if job.suite == "repo":
         return ReusePlan(affected.everything("the repository's own tests may read any of its files"))
