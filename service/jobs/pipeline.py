@@ -17,16 +17,17 @@ from pathlib import Path
 from runners.compile_cache import CacheScope, trust_class
 from runners.job_log import TIMES_NAME, append_text
 from runners.protocol import RunResult, RunSpec, ShouldCancel
-from service.jobs import affected, base_runs, install, lifecycle, torch_matrix
+from service.jobs import install, lifecycle
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
 from service.jobs.outcome import judge, read_attempt, read_json, write_meta
-from service.jobs.planning import builtin_suites, job_queue, ops_scope
-from service.jobs.selection import Selected, not_affected_env, read_selection
 from service.jobs.surface_file import read_fingerprint
 from service.observability.worker import job_finished, job_started
+from service.planning import affected, base_runs, torch_matrix
+from service.planning.plan import builtin_suites, job_queue, ops_scope
 from service.planning.reuse_plan import plan_reuse
+from service.planning.selection import Selected, not_affected_env, read_selection
 from service.repo_config import RepoConfig
 from service.store import Job, Run
 from service.store.reuse import record_fingerprint

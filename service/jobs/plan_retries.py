@@ -17,7 +17,7 @@ from service.config import Settings
 from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import Conclusion
-from service.jobs.planning import builtin_suites, default_devices, plan_jobs, served_devices
+from service.planning.plan import builtin_suites, default_devices, plan_jobs, served_devices
 from service.repo_config import default_config
 from service.store import Job, Run, utcnow
 

@@ -23,7 +23,7 @@ from service.jobs import lease, lifecycle, outbox, shard_reaper
 from service.jobs.context import WorkerContext
 from service.jobs.lease import MESSAGE_IN_FLIGHT, held_by_a_dead_process_here
 from service.jobs.lifecycle import JobState, RunState
-from service.jobs.planning import job_queue
+from service.planning.plan import job_queue
 from service.store import Job, Run, utcnow
 from service.store.rows import INTERNAL_TRIGGERS
 

@@ -11,7 +11,7 @@ from service.github.checks import CheckRunView
 from service.github.reporting import attempt_url
 from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
-from service.jobs.planning import job_queue
+from service.planning.plan import job_queue
 from service.planning.reuse_check import Taken, take_from_source
 from service.store import Job, Run
 from service.store.attempts import record_finished

@@ -8,10 +8,11 @@ from runners.checkout import CheckoutError
 from service.github import reporting
 from service.github.api import TransientGitHubError
 from service.github.markdown import code_block
-from service.jobs import base_runs, lifecycle, plan_retries, torch_matrix
+from service.jobs import lifecycle, plan_retries
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import Conclusion, Gate, JobState, RunState
-from service.jobs.planning import PlannedJob, builtin_suites, default_devices, job_queue, plan_jobs, served_queues
+from service.planning import base_runs, torch_matrix
+from service.planning.plan import PlannedJob, builtin_suites, default_devices, job_queue, plan_jobs, served_queues
 from service.repo_config import CONFIG_FILE, default_config, parse_repo_config
 from service.store import Job, Run, utcnow
 from service.store.rows import INTERNAL_TRIGGERS

@@ -20,9 +20,9 @@ from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import INFRA_TITLE, Conclusion, JobState, Outcome
 from service.jobs.pipeline import artifact_index
-from service.jobs.selection import SelectionFile, read_selection
 from service.jobs.surface_file import agreed, read_fingerprint
 from service.observability.worker import job_finished
+from service.planning.selection import SelectionFile, read_selection
 from service.store import Job, Shard
 from service.store.reuse import record_fingerprint
 from service.store.shards import add_not_affected, order_results, shards_of

@@ -16,17 +16,18 @@ import shutil
 from pathlib import Path
 
 from runners.protocol import RunResult
-from service.jobs import affected, base_runs, install, lifecycle, pipeline
+from service.jobs import install, lifecycle, pipeline
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
 from service.jobs.outcome import judge, read_attempt, write_meta
-from service.jobs.planning import builtin_suites
-from service.jobs.selection import Selected, fitted_durations, not_affected_env, shard_env
 from service.jobs.shard_merge import kind_of, merge_when_done, shard_results_dir
 from service.jobs.shard_plan import plan_for
 from service.observability.worker import job_started
+from service.planning import affected, base_runs
+from service.planning.plan import builtin_suites
 from service.planning.reuse_plan import plan_reuse
+from service.planning.selection import Selected, fitted_durations, not_affected_env, shard_env
 from service.store import Job, Run, Shard
 from service.store.shards import add_shards_if_absent, get_shard, replace_shard_results, shards_of
 

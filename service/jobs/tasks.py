@@ -35,11 +35,11 @@ from service.jobs import (
     run_planning,
     shard_reaper,
     sharding,
-    torch_matrix,
 )
 from service.jobs.context import Leases, WorkerContext
 from service.jobs.lease import orphaned_jobs
 from service.observability.worker import install_worker
+from service.planning import torch_matrix
 from service.store import Store
 from service.store.claims import Claims
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from service.jobs.import_closure import Closure, ModuleIndex
+from service.planning.import_closure import Closure, ModuleIndex
 from service.repo_config import RepoConfig
 from suites.shard_plan import CORPUS_GROUP
 

@@ -6,7 +6,7 @@ The source is the one job a result may come from, chosen by trust, never by what
   push          ->  the push run of its branch's previous tip (the payload's `before`)
 A pull request's own jobs (untrusted code, which writes its own surface.json and junit) are never a source, nor is
 another repository's job: a fact only ever flows to a job as trusted as its source, or less. The canary reuses
-nothing. What runs is decided statically here (service/jobs/affected.py); the job's run-time fingerprint and every
+nothing. What runs is decided statically here (service/planning/affected.py); the job's run-time fingerprint and every
 key are checked against the source's when its results are taken (service/planning/reuse_check.py).
 """
 
@@ -16,11 +16,11 @@ import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from service.jobs import affected
-from service.jobs.base_runs import job_config
-from service.jobs.import_closure import ModuleIndex, TooLarge, closure
 from service.jobs.install import InstallFailed
-from service.jobs.planning import builtin_suites
+from service.planning import affected
+from service.planning.base_runs import job_config
+from service.planning.import_closure import ModuleIndex, TooLarge, closure
+from service.planning.plan import builtin_suites
 from service.planning.reuse_keys import Inputs, closure_digest, config_digest, group_keys, group_specs, suites_digest
 from service.planning.worker import Planner
 from service.repo_config import RepoConfig

@@ -19,8 +19,8 @@ def utcnow() -> datetime:
 APPROVAL_SUITE = "approval"  # the one job of a run that waits for /ok-to-test
 APPROVAL_CHECK = "compile-ci: approval"
 RERUN_SEP = "#"
-# Runs compile-ci makes itself, which report nothing to GitHub: a pull request's base (service/jobs/base_runs.py) and
-# the daily canary of a default branch on the advisory torch (service/jobs/canary.py).
+# Runs compile-ci makes itself, which report nothing to GitHub: a pull request's base (service/planning/base_runs.py)
+# and the daily canary of a default branch on the advisory torch (service/jobs/canary.py).
 CANARY_TRIGGER = "canary"
 INTERNAL_TRIGGERS = ("base", CANARY_TRIGGER)
 
@@ -58,7 +58,7 @@ class Run(Base):
     base_run_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
     # The .compile-ci.toml text the run was planned with ("" for none); a base run runs with its head's, not its own.
     config_text: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # The key under which a push run's results serve as a pull request's base (service/jobs/base_runs.py: its config
+    # The key under which a push run's results serve as a pull request's base (service/planning/base_runs.py: its config
     # but [install], and the runner builds that planned it); "" for a run planned before keys were recorded.
     base_key: Mapped[str] = mapped_column(String(64), default="", server_default="")
     # A push's previous tip of its branch (the payload's `before`): the push whose results it may reuse.

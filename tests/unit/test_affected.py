@@ -1,6 +1,6 @@
-"""Which groups of tests a change leaves as they were (service/jobs/affected.py, service/jobs/import_closure.py): the
-declared targets whose import closures its diff does not touch, and the built-in corpus unless it reaches the compiler
-surface; everything whenever it touches that surface or is unsure."""
+"""Which groups of tests a change leaves as they were (service/planning/affected.py, import_closure.py): the declared
+targets whose import closures its diff does not touch, and the built-in corpus unless it reaches the compiler surface;
+everything whenever it touches that surface or is unsure."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from service.jobs.affected import decide, decide_for_checkout
-from service.jobs.import_closure import ModuleIndex, closure, imported_names
+from service.planning.affected import decide, decide_for_checkout
+from service.planning.import_closure import ModuleIndex, closure, imported_names
 from service.repo_config import RepoConfig
 from suites.shard_plan import CORPUS_GROUP as CORPUS
 
@@ -139,7 +139,7 @@ def test_a_checkout_on_disk_is_read_without_following_links(tmp_path: Path) -> N
 
 
 def test_the_ops_sweep_is_told_what_a_pull_request_changed_unless_it_touches_install_or_config() -> None:
-    from service.jobs.affected import CHANGED_FILES_ENV, changed_files_env
+    from service.planning.affected import CHANGED_FILES_ENV, changed_files_env
 
     changed = ("zoo/lowerings/sin.py", "README.md")
     assert json.loads(changed_files_env("ops", changed)[CHANGED_FILES_ENV]) == list(changed)

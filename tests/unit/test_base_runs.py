@@ -15,9 +15,9 @@ from runners.checkout import Checkout
 from runners.local import LocalRunner
 from service.config import Secret, Settings
 from service.devkit.sandbox.sample_repo import commit_file, init_repo
-from service.jobs import base_runs
 from service.jobs.context import WorkerContext
 from service.jobs.install import InstallFailed
+from service.planning import base_runs
 from service.repo_config import CONFIG_FILE
 from service.store import NewRun, Run, Store
 

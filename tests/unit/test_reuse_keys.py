@@ -1,4 +1,4 @@
-"""Reuse by content (service/planning/reuse_keys.py, service/jobs/affected.py): `.compile-ci.toml` read key by key,
+"""Reuse by content (service/planning/reuse_keys.py, service/planning/affected.py): `.compile-ci.toml` read key by key,
 the groups a change leaves as they were, and the keys that must be equal for a result to be reused.
 
 Named cases beside a property over the whole space of (config change, changed paths), sampled at random (seeded,
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from service.compare.budgets import Budgets
-from service.jobs.affected import SURFACE_FILES, decide
-from service.jobs.import_closure import ModuleIndex, closure
+from service.planning.affected import SURFACE_FILES, decide
+from service.planning.import_closure import ModuleIndex, closure
 from service.planning.reuse_keys import (
     Inputs,
     closure_digest,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from service.jobs.selection import not_affected_env, read_selection, shard_env
+from service.planning.selection import not_affected_env, read_selection, shard_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = '''

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runners.untrusted_files import read_bounded
-from service.jobs.import_closure import MAX_SOURCE_BYTES, Closure, ModuleIndex, TooLarge, closure, module_name
+from service.planning.import_closure import MAX_SOURCE_BYTES, Closure, ModuleIndex, TooLarge, closure, module_name
 from service.planning.reuse_keys import config_differences, group_specs
 from service.repo_config import CONFIG_FILE, RepoConfig
 from suites.shard_plan import CORPUS_GROUP
