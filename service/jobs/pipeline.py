@@ -146,6 +146,8 @@ def execute(ctx: WorkerContext, run: Run, job: Job, out: Path, name: str, watch:
             result = ctx.runner.run(spec, watch)
         except install.InstallFailed as exc:  # the PR's requirements, not the service: no retry
             result = install.failed_result(out, exc)
+        except base_runs.UnknownInstall as exc:  # the base commit's config: the repository's, not the service's
+            result = install.failed_result(out, install.InstallFailed("config", exc.lines))
         except Exception as exc:  # the runner or checkout broke, not the PR
             log.exception("job %s: infrastructure error", name)
             result = RunResult(None, 0.0, infra_error=f"{type(exc).__name__}: {exc}")

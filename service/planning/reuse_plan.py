@@ -16,9 +16,8 @@ import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from service.jobs.install import InstallFailed
 from service.planning import affected
-from service.planning.base_runs import job_config
+from service.planning.base_runs import UnknownInstall, job_config
 from service.planning.import_closure import ModuleIndex, TooLarge, closure
 from service.planning.plan import builtin_suites
 from service.planning.reuse_keys import Inputs, closure_digest, config_digest, group_keys, group_specs, suites_digest
@@ -129,7 +128,7 @@ def _decide(ctx: Planner, run: Run, job: Job, config: RepoConfig, mirror: Path, 
                if source_run.head_sha != run.head_sha else [])
     try:
         theirs_config = job_config(ctx.checkout, mirror, source_run, builtin_suites(ctx.suites_dir))
-    except InstallFailed:
+    except UnknownInstall:
         theirs_config = []
     if isinstance(theirs_config, list):
         return ReusePlan(affected.everything(f"the config job {source_id} runs with cannot be read"))
