@@ -32,6 +32,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 import tomllib
@@ -145,6 +146,7 @@ class Measure:
         self.settings, self.emulator, self.repo = settings, emulator, repo
         self.store = Store(settings.database_url)  # type: ignore[attr-defined]
         self.number = 0
+        self.titles: list[str] = []
 
     def deliver(self, event: str, payload: dict[str, object]) -> None:
         headers, body = signed("bench-secret", event, payload)
@@ -165,6 +167,8 @@ class Measure:
                                         clone_url=f"https://github.com/{FULL_NAME}.git", branch="main",
                                         before="0" * 40, after=sha))
         self.settle()
+        (run,) = self.store.runs_at_sha(FULL_NAME, sha)
+        self.titles = [f"{j.suite}: {j.title}" for j in self.store.jobs_of(run.id) if j.conclusion != "neutral"]
         return time.monotonic() - started
 
     def pull_request(self, base: str, files: list[tuple[str, str]]) -> dict[str, float]:
@@ -184,6 +188,8 @@ class Measure:
         (run,) = self.store.runs_at_sha(FULL_NAME, sha)
         rows = [r for job in self.store.jobs_of(run.id) for r in self.store.results_of(job.id, job.attempt)]
         bases = [r for r in self.store.recent_runs(500) if r.trigger == "base" and r.id not in bases_before]
+        self.titles = [f"{j.suite}: {j.verdict_title or j.title}" for j in self.store.jobs_of(run.id)
+                       if j.conclusion != "neutral"]
         return {"run": sum(not r.not_affected for r in rows), "reused": sum(bool(r.not_affected) for r in rows),
                 "wall": wall, "jobs": sum(j.duration_s or 0.0 for j in self.store.jobs_of(run.id)),
                 "base": sum(j.duration_s or 0.0 for b in bases for j in self.store.jobs_of(b.id))}
@@ -211,9 +217,14 @@ def main() -> int:
             emulator.add_repo(FULL_NAME)
             emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
             index = write_sample_index(root / "index")
+            # One cpu slot, one job at a time (no shards), as the sandbox's worker; the job's interpreter keeps the
+            # path the install step gives it (the repository's dependencies) after this checkout's `suites`.
+            python = root / "job-python"
+            python.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} "$@"\n')
+            python.chmod(0o755)
             settings = dataclasses.replace(settings_for(root, f"redis://127.0.0.1:{port}/0", emulator.url,
                                                         private_key), pip_index_url=index,
-                                           devices=(args.device,))
+                                           devices=(args.device,), max_shards=1, runner_python=str(python))
             sample = (targets_sample(root, args.targets, suites, args.device) if args.targets
                       else sandbox_sample(root, suites, args.device))
             base = subprocess.run(["git", "-C", str(sample.repo), "rev-parse", "main"], check=True,
@@ -225,7 +236,8 @@ def main() -> int:
                 measure = Measure(settings, emulator, sample.repo)
                 print(f"{'sample':<16} {ROOT.name} at {_head(ROOT)}; suites {','.join(suites)} on {args.device}; "
                       f"{os.cpu_count()} cpus", flush=True)
-                print(f"{'push (the base)':<16} {measure.push(base):7.1f} s wall", flush=True)
+                print(f"{'push (the base)':<16} {measure.push(base):7.1f} s wall  ({'; '.join(measure.titles)})",
+                      flush=True)
                 print(f"{'pull request':<16} {'tests run':>9} {'reused':>7} {'wall':>8} {'its jobs':>9} "
                       f"{'base run':>9}", flush=True)
                 chosen = [n for n in args.only.split(",") if n] or list(pull_requests(sample))
@@ -233,7 +245,7 @@ def main() -> int:
                     if name in chosen:
                         row = measure.pull_request(base, files)
                         print(f"{name:<16} {row['run']:>9.0f} {row['reused']:>7.0f} {row['wall']:>6.1f} s "
-                              f"{row['jobs']:>7.1f} s {row['base']:>7.1f} s", flush=True)
+                              f"{row['jobs']:>7.1f} s {row['base']:>7.1f} s  ({'; '.join(measure.titles)})", flush=True)
             assert emulator.errors == [], emulator.errors
         return 0
     finally:
