@@ -188,7 +188,7 @@ class TestResult(Base):
     over_budget: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # broke a [budgets] limit
     shard: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # which shard of the attempt ran it
     # Reused, not run: nothing it depends on changed since its source job (service/planning/), whose result it
-    # carries (not_run until that job has one), and the job that ran it (service/compare/not_affected.py copies).
+    # carries (not_run until that job has one), and the job that ran it (service/planning/reuse_check.py copies).
     not_affected: Mapped[bool] = mapped_column(default=False, server_default="0")
     reused_from: Mapped[str] = mapped_column(String(80), default="", server_default="")
 
