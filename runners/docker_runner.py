@@ -85,6 +85,13 @@ class DockerRunner:
         torch = self.torch_version(device)  # "": the job will report the missing image itself
         return f"docker-{slug(self.images[device])}" + (f"-torch{torch}" if torch else "")
 
+    def build_id(self, device: str) -> str:
+        try:
+            image_id = self.client.images.get(self.images[device]).id or ""
+        except docker.errors.DockerException:
+            return ""
+        return f"{image_id}-torch{self.torch_version(device)}" if image_id else ""
+
     def torch_version(self, device: str) -> str:
         """The image's `org.compile-ci.torch-version` label ("unknown" without one; "" without the image)."""
         image = self.images[device]

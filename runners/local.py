@@ -63,6 +63,10 @@ class LocalRunner:
         # Every venv's interpreter is called `python`: its torch tells two venvs' caches apart.
         return slug(f"local-{Path(self.python).name}-torch{self.torch_version(device) or 'unknown'}")
 
+    def build_id(self, device: str) -> str:
+        torch = self.torch_version(device)
+        return f"local-{os.path.realpath(shutil.which(self.python) or self.python)}-torch{torch}" if torch else ""
+
     def torch_version(self, device: str) -> str:
         """Read from the interpreter's installed metadata once (milliseconds: torch itself is not imported)."""
         if self._torch is None:

@@ -84,4 +84,9 @@ class Runner(Protocol):
         """The torch its jobs on `device` import (`2.13.0+cpu`); "" when it cannot tell (no image, no torch)."""
         ...
 
+    def build_id(self, device: str) -> str:
+        """What a test result depends on of the runner (service/planning/reuse_keys.py): the image's content id and
+        its torch, not a tag that a rebuild moves; "" when it cannot tell (no result is then ever reused)."""
+        ...
+
     def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult: ...

@@ -14,7 +14,7 @@ from kombu import Queue
 from service.config import Settings
 from service.torch_versions import device_queues, queue_for, torch_of_job_id
 
-# cuda2: cuda jobs of suites that need two GPUs of one host (service.jobs.planning.job_queue), for workers given two.
+# cuda2: cuda jobs of suites that need two GPUs of one host (service.planning.plan.job_queue), for workers given two.
 _SHARD_SUFFIX = re.compile(r"-a[0-9]+s[0-9]+$")  # service.store.shard_id_for
 QUEUES = ("cpu", "cuda", "cuda2", "github")
 # kombu's Redis transport keeps one list per priority step (0, 3, 6, 9) and takes from the lowest number first:

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "worker":
         settings = _validated_settings()
         from runners.gpus import host_gpu_count
-        from service.jobs.planning import worker_queues_problem
+        from service.planning.plan import worker_queues_problem
 
         if problem := worker_queues_problem(args.queues.split(","), settings.gpus, host_gpu_count):
             parser.error(problem)
@@ -178,7 +178,7 @@ def _build_images(names: list[str], local_base: bool, rebuild_base: bool, if_cha
 
 def _check_config(path: Path) -> int:
     import suites
-    from service.jobs.planning import builtin_suites
+    from service.planning.plan import builtin_suites
     from service.repo_config import parse_repo_config
 
     try:

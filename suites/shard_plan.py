@@ -12,7 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 SHARD_ENV = "COMPILE_CI_SHARD"  # encode_plan(): {"index", "count", "durations": {nodeid: seconds}}
-NOT_AFFECTED_ENV = "COMPILE_CI_NOT_AFFECTED"  # a JSON list of declared target specs the change cannot affect
+NOT_AFFECTED_ENV = "COMPILE_CI_NOT_AFFECTED"  # a JSON list of the groups whose results are reused, not run
+# The group of a suite's tests that exercise no declared target (the built-in corpus, the op sweep): their results
+# depend on the compiler surface only. Not a `module:callable` spec, so no declared target can be named so.
+CORPUS_GROUP = "(built-in corpus)"
 SELECTION_FILE = "selection.json"
 NO_HISTORY_S = 1.0  # the weight of every test when none has a recorded duration: a split by count
 

@@ -1,5 +1,6 @@
-"""Which collected tests this job runs: its shard's share, split by recorded durations, and not the tests of declared
-targets the pull request cannot affect (the service says which); registered by suites/plugin.py when asked to.
+"""Which collected tests this job runs: its shard's share, split by recorded durations, and not the tests whose results
+the service reuses (groups: declared targets the change cannot reach, and the built-in corpus when the change cannot
+reach the compiler); registered by suites/plugin.py when asked to.
 
 Every shard collects the whole suite (collection is needed to run anyway, so no separate collect step) and keeps
 its share of the same deterministic split, so N shards together run exactly what one runner would. It writes
@@ -16,12 +17,13 @@ from typing import Any
 
 import pytest
 
-from .shard_plan import NOT_AFFECTED_ENV, SELECTION_FILE, SHARD_ENV, decode_plan, split
+from .shard_plan import CORPUS_GROUP, NOT_AFFECTED_ENV, SELECTION_FILE, SHARD_ENV, decode_plan, split
 
 
 def target_specs(item: pytest.Item) -> set[str] | None:
-    """The declared targets (`module:callable` specs) a test exercises; None for a test of no declared target, or of
-    one that failed to load (its failure is cheap and must show)."""
+    """The groups a test belongs to: the declared targets (`module:callable` specs) it exercises, or the corpus group
+    for a test of none; None for a test of a declared target that failed to load (its failure is cheap and must
+    show)."""
     callspec = getattr(item, "callspec", None)
     specs: set[str] = set()
     for value in (callspec.params.values() if callspec is not None else ()):
@@ -31,7 +33,7 @@ def target_specs(item: pytest.Item) -> set[str] | None:
             spec = getattr(part, "spec", None)
             if isinstance(spec, str):
                 specs.add(spec)
-    return specs or None
+    return specs or {CORPUS_GROUP}
 
 
 class Selection:
@@ -41,7 +43,7 @@ class Selection:
 
     def _unaffected(self, item: pytest.Item) -> bool:
         specs = target_specs(item)
-        return bool(specs) and specs is not None and specs <= self.not_affected
+        return specs is not None and specs <= self.not_affected
 
     @pytest.hookimpl(trylast=True)  # after every other plugin and conftest chose and ordered the tests
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:

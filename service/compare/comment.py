@@ -13,6 +13,7 @@ from service.github.markdown import code_span, link, plain, shorten
 
 MARKER = "<!-- compile-ci: the head's check runs against the base -->"
 MAX_LINES = 15  # per list
+PENDING_NOTE = "this comment is updated when it finishes"  # while a check waits for its base's results
 ICONS = {"success": "✅", "failure": "❌", "neutral": "⚪", "cancelled": "⏹", "timed_out": "⏱"}
 
 
@@ -51,7 +52,11 @@ def render_comment(head_sha: str, base_sha: str | None, checks: list[CheckSummar
     unusable = [plain(c.name, inline=True) for c in checks if c.judgement is not None and _ran(c)
                 and c.judgement.base.status in (BaseStatus.BROKEN, BaseStatus.NONE)]
     if waiting:
-        lines += ["", f"Base still running for {', '.join(waiting)}: this comment is updated when it finishes."]
+        lines += ["", f"Base still running for {', '.join(waiting)}: {PENDING_NOTE}."]
+    reused = [f"{plain(c.name, inline=True)} {c.verdict.not_affected} from {link('the base job', c.judgement.base.url)}"
+              for c in checks if c.verdict.not_affected and c.judgement is not None and c.judgement.base.url]
+    if reused:
+        lines += ["", f"Reused, not run (nothing they depend on changed since the base): {'; '.join(reused)}."]
     if unusable:
         lines += ["", f"No usable base result for {', '.join(unusable)}: judged as without a base."]
     for title, pick in (

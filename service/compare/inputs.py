@@ -37,7 +37,9 @@ def judge_job(store: Store, artifacts_dir: Path, run: Run, job: Job, results: li
     kind = "push run" if base_run is not None and base_run.trigger == "push" else "base run"
     base_job = store.get_job(job_id_for(base_run.id, job.suite, job.device, job.torch)) if base_run else None
     if base_run is None or base_job is None:
-        status = BaseStatus.PENDING if base_run is None and run.state != "planned" else BaseStatus.NONE
+        # A base run not planned yet has its jobs to come, as a pull request not planned yet has its base.
+        planning = base_run.state == "planning" if base_run is not None else run.state != "planned"
+        status = BaseStatus.PENDING if planning else BaseStatus.NONE
         return judge(results, None, BaseInfo(status, run.base_sha), budgets_of(run), flaky=flaky, history=history,
                      culprits=culprits)
     info = BaseInfo(BaseStatus.READY, run.base_sha, base_run.id, kind, url=job_url(base_job.id))

@@ -7,7 +7,8 @@ Titles lead with the judgement, since GitHub's merge box cuts them: "1 new failu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from service.compare.judgement import BaseStatus, Judgement
@@ -18,7 +19,7 @@ from service.compare.verdicts import Verdict
 BADGES: Mapping[Verdict, str] = {Verdict.NEW_FAILURE: "NEW", Verdict.FAILED: "NEW",
                                  Verdict.FAILING_AT_BASE: "AT BASE", Verdict.FLAKY: "FLAKY",
                                  Verdict.KNOWN_FLAKY: "KNOWN FLAKY", Verdict.FIXED: "FIXED",
-                                 Verdict.NOT_AFFECTED: "NOT AFFECTED"}
+                                 Verdict.NOT_AFFECTED: "REUSED"}
 BUDGET = "BUDGET"
 TEST_OUTCOME_CONCLUSIONS = ("success", "failure")
 # What an advisory torch version's job (a release candidate: service/torch_versions.py) says instead of red.
@@ -37,7 +38,7 @@ class JobVerdict:
     flaky: int = 0  # failed, then passed when re-run in the job: shown, not red
     known_flaky: int = 0  # failed, but known flaky across the repository's recent runs: shown, not red
     fixed: int = 0
-    not_affected: int = 0  # not run, their declared target out of the change's reach: the base's results, not red
+    not_affected: int = 0  # reused, not run: nothing they depend on changed since the base; its results, not red
     advisory: bool = False  # red on the default torch, neutral here: its torch version is advisory
 
     @property
@@ -79,7 +80,7 @@ def _judged(conclusion: str, title: str, raw_title: str, judgement: Judgement | 
                   not_affected=left)
     notes = [said for said in (counted(at_base, "failing at base", "failing at base"), counted(flaky, "flaky", "flaky"),
                                counted(known, "known flaky", "known flaky"), counted(fixed, "fixed", "fixed"),
-                               counted(left, "not affected (base result)", "not affected (base results)")) if said]
+                               counted(left, "reused from the base", "reused from the base")) if said]
     if new or budget:
         red = [said for said in (counted(new, "new failure", "new failures"),
                                  counted(budget, "budget violation", "budget violations")) if said]
@@ -87,6 +88,24 @@ def _judged(conclusion: str, title: str, raw_title: str, judgement: Judgement | 
     if notes:
         return JobVerdict("success", f"Green — {', '.join(notes)} ({raw_title})", True, **counts)
     return JobVerdict("success", raw_title, True, **counts)
+
+
+def reused_verdict(verdict: JobVerdict, reused: Sequence[tuple[str, str]]) -> JobVerdict:
+    """A job judged against no base (a push) with results reused from an earlier job, as (outcome, source job):
+    they are its own facts (every input the same), so a reused failure is red too; said as reused."""
+    if not reused or verdict.conclusion not in TEST_OUTCOME_CONCLUSIONS or verdict.judged:
+        return verdict
+    pending = sum(outcome == "not_run" for outcome, _source in reused)
+    if pending:
+        return replace(verdict, title=f"{verdict.title} — {pending} reused results pending (their source is running)")
+    failed = sum(outcome in ("failed", "error") for outcome, _source in reused)
+    tally = Counter(outcome for outcome, _source in reused)
+    said = ", ".join(f"{n} {outcome}" for outcome, n in sorted(tally.items(), key=lambda item: -item[1]))
+    sources = sorted({source for _outcome, source in reused})
+    title = (f"{counted(len(reused), 'reused', 'reused')} ({said}) from job {', '.join(sources)}; ran here: "
+             f"{verdict.title}")
+    return replace(verdict, conclusion="failure" if failed else verdict.conclusion, title=title,
+                   not_affected=len(reused))
 
 
 def badges_of(verdict: str, over_budget: bool) -> list[str]:

@@ -110,8 +110,9 @@ def judge(head: Sequence[TestResult], base: Sequence[TestResult] | None, info: B
     for result in head:
         head_ledger = ledger_of(result.metrics)
         other = by_id.get(result.nodeid)
-        if getattr(result, "not_affected", False):  # the base's own result: nothing of the head's to compare
-            said = "no base result" if other is None else f"the base's result: {other.outcome}"
+        if getattr(result, "not_affected", False):  # reused from the base: nothing of the head's to compare
+            source = getattr(result, "reused_from", "")
+            said = f"{result.outcome}, as job {source} ran it" if source else "not run yet: its source is running"
             tests.append(TestJudgement(result.nodeid, Verdict.NOT_AFFECTED, head_ledger, None, message=said))
             continue
         verdict = classify(result.outcome, head_ledger.reruns, other.outcome if other else None)

@@ -47,8 +47,7 @@ def render_section(judgement: Judgement, test_url: Callable[[str], str]) -> str:
                             ("Known flaky: failed here, flaky across this repository's recent runs (not counted "
                              "against this pull request)", (Verdict.KNOWN_FLAKY,)),
                             ("Fixed", (Verdict.FIXED,)),
-                            ("Not affected by this change, so not run: the base's results",
-                             (Verdict.NOT_AFFECTED,))):
+                            (_reused_title(judgement), (Verdict.NOT_AFFECTED,))):
         lines += _listed(title, judgement.of(*verdicts), test_url)
     if judgement.violations:
         lines += ["", "**Budget violations** (`[budgets]` in .compile-ci.toml)", ""]
@@ -70,7 +69,12 @@ COUNTED: tuple[tuple[tuple[Verdict, ...], str, str], ...] = (
     ((Verdict.FIXED,), "fixed", "fixed"), ((Verdict.UNCHANGED,), "unchanged", "unchanged"),
     ((Verdict.PASSED,), "passed without a base result", "passed without a base result"),
     ((Verdict.SKIPPED,), "skipped", "skipped"),
-    ((Verdict.NOT_AFFECTED,), "not affected (base result)", "not affected (base results)"))
+    ((Verdict.NOT_AFFECTED,), "reused from the base", "reused from the base"))
+
+
+def _reused_title(judgement: Judgement) -> str:
+    job = f" ({link('job', judgement.base.url)})" if judgement.base.url else ""
+    return f"Reused from the base job{job}, not run: nothing these tests depend on changed"
 
 
 def counts_line(judgement: Judgement) -> str:

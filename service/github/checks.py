@@ -10,7 +10,7 @@ from typing import Any
 
 from service.compare import bisection
 from service.compare.bisection import Bisection
-from service.compare.job_verdict import JobVerdict, job_verdict
+from service.compare.job_verdict import JobVerdict, job_verdict, reused_verdict
 from service.compare.judgement import BaseStatus, Judgement
 from service.compare.summary import annotation_level, render_section, violation_annotations
 from service.compare.verdicts import Verdict
@@ -69,8 +69,9 @@ def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url:
     base = {"name": job.check_name, "head_sha": run.head_sha, "external_id": job.external_id,
             "details_url": job_url}
     if job.state == "queued":
+        said = f"\n\n{truncate(inert_markdown(job.detail), MAX_DETAIL, job_url)}" if job.detail else ""
         return CheckRunView(status="queued", title=plain_title(job.title or "Queued"),
-                            summary=f"Waiting for a {job.device} runner.", **base)
+                            summary=f"Waiting for a {job.device} runner.{said}", **base)
     if job.state == "running":
         return CheckRunView(status="in_progress", title=_progress_title(job), summary=_progress(job, job_url),
                             **base)
@@ -86,6 +87,8 @@ def render_check_run(run: Run, job: Job, results: Sequence[TestResult], job_url:
         summary = summary + "\n" + render_section(judgement, lambda nodeid: test_url(job_url, nodeid))
     text = truncate(_failure_text(failures, culprits or {}, verdicts), MAX_TEXT, job_url + "/log")
     verdict = verdict_of(job, judgement)
+    if judgement is None:  # a push: what it reused counts as its own (service/compare/job_verdict.py)
+        verdict = reused_verdict(verdict, [(r.outcome, r.reused_from) for r in results if r.not_affected])
     conclusion = verdict.conclusion
     if job.torch_advisory:
         summary = f"{ADVISORY_NOTE.format(torch=job.torch)}\n\n{summary}"

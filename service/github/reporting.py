@@ -10,7 +10,6 @@ from typing import Any, Protocol
 from service.compare.bisection import Bisection, read_bisections
 from service.compare.inputs import judge_job
 from service.compare.judgement import Judgement
-from service.compare.not_affected import take_from_base
 from service.config import Settings
 from service.github.annotations import MAX_PER_REQUEST
 from service.github.api import GitHubApp, GoneError
@@ -58,7 +57,6 @@ def report_job(ctx: Reporter, job_id: str) -> None:
                 ctx.store.record_report(job.id, job.rerun, reported="completed")
             _judge_heads_again(ctx, run, job)
             return
-        take_from_base(ctx.store, run, job)  # tests the pull request cannot affect: their base's results
         results = ctx.store.results_of(job.id, job.attempt) if job.state == "completed" else []
         finished = job.state == "completed"
         finished_job = job

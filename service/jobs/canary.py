@@ -16,7 +16,7 @@ from datetime import date
 
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import Gate
-from service.jobs.planning import builtin_suites
+from service.planning.plan import builtin_suites
 from service.repo_config import parse_repo_config
 from service.store import NewRun, Run, utcnow
 from service.store.default_branches import newest_runs

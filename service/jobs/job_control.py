@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from service.jobs import lifecycle
 from service.jobs.context import JobQueue
 from service.jobs.lifecycle import Cancel, JobState
-from service.jobs.planning import job_queue
+from service.planning.plan import job_queue
 from service.store import APPROVAL_SUITE, Job, Run, Store
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """The job lifecycle's one owner: run and job states, and the named transitions that alone write them.
 
     run:  planning -> (waiting -> planning) -> planned      gate: trusted | waiting -> approved (one sha)
-          planning --head not fetched--> planning (a retry due later), N times, then planned with failed jobs
+          planning --head not fetched--> planning (a retry due later; default jobs shown queued) until fetched
     job:  queued -> running -> completed(conclusion)       re-run: completed -> queued, as a new check run
           running --infrastructure error, once--> queued
           running|queued --worker or message lost (reaper)--> queued, then completed(failure)
@@ -51,6 +51,7 @@ class Conclusion(StrEnum):
 
 
 INFRA_TITLE = "Infrastructure error — not a test failure"
+FETCHING = "Fetching the head"  # the title of a job shown before its run's head (and so its config) could be read
 
 
 class Cancel(StrEnum):
@@ -69,14 +70,11 @@ class Outcome:
     torch_version: str = ""
 
 
-# What a new generation of a job (a re-run: a new check run) starts from.
-_NEW_GENERATION: dict[str, object] = {
+_NEW_GENERATION: dict[str, object] = {  # what a new generation of a job (a re-run: a new check run) starts from
     "conclusion": None, "title": "", "detail": "", "passed": 0, "failed": 0, "skipped": 0, "errors": 0, "xfailed": 0,
-    "xpassed": 0,
-    "check_run_id": None, "reported": "", "reported_digest": "", "annotations_sent": 0, "cancel_requested": False,
-    "infra_failures": 0, "progress_done": 0, "progress_total": 0, "progress_current": "", "started_at": None,
-    "finished_at": None, "verdict_conclusion": "", "verdict_title": "", "shards": 1,
-}
+    "xpassed": 0, "check_run_id": None, "reported": "", "reported_digest": "", "annotations_sent": 0,
+    "cancel_requested": False, "infra_failures": 0, "progress_done": 0, "progress_total": 0, "progress_current": "",
+    "started_at": None, "finished_at": None, "verdict_conclusion": "", "verdict_title": "", "shards": 1}
 
 
 # --- runs -------------------------------------------------------------------------------------------
@@ -104,10 +102,22 @@ def plan(store: Store, run: Run, jobs: Iterable[Job], config_error: str | None) 
     return done is not None
 
 
+def settle_fetching(store: Store, run: Run, planned: Iterable[Job], unasked: str) -> None:
+    """Its head fetched (or given up on): each job shown queued while fetching (plan_retries) becomes the planned job
+    of its id (no torch of its own: default jobs), or, when its config does not ask for it, neutral (`unasked`)."""
+    rows = {job.id: job for job in planned}
+    for shown in store.jobs_of(run.id):
+        row = rows.get(shown.id)
+        values = {"state": row.state, "conclusion": row.conclusion, "title": row.title, "detail": row.detail,
+                  "timeout_s": row.timeout_s, "finished_at": row.finished_at} if row else {
+            "state": JobState.COMPLETED, "conclusion": Conclusion.NEUTRAL, "title": "Not run: not asked for",
+            "detail": unasked, "finished_at": utcnow()}
+        store.transition(Job, shown.id, {"state": JobState.QUEUED, "title": FETCHING}, values)
+
+
 def planning_failed(store: Store, run: Run, next_try_at: datetime) -> Run | None:
     """One failed try at planning (its head not fetched), counted once, with when the next one is due (the reaper
-    leaves the run alone until then). None when another planner counted this same try first: its chain goes on,
-    this one stops, so a run never has two."""
+    leaves the run alone until then). None when another planner counted it first: its chain goes on, not this."""
     return store.transition(Run, run.id, {"state": RunState.PLANNING, "plan_tries": run.plan_tries},
                             {"plan_tries": Run.plan_tries + 1, "plan_retry_at": next_try_at})
 
@@ -219,7 +229,6 @@ def give_up_lost(store: Store, job: Job, detail: str) -> bool:
               "finished_at": utcnow()}
     when = {"state": job.state, "attempt": job.attempt}
     return store.transition(Job, job.id, when, values) is not None
-
 
 
 # --- shards (one attempt of a job split over several workers: service/jobs/sharding.py) -------------------------

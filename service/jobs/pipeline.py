@@ -17,16 +17,20 @@ from pathlib import Path
 from runners.compile_cache import CacheScope, trust_class
 from runners.job_log import TIMES_NAME, append_text
 from runners.protocol import RunResult, RunSpec, ShouldCancel
-from service.jobs import affected, base_runs, install, lifecycle, torch_matrix
+from service.jobs import install, lifecycle
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
 from service.jobs.outcome import judge, read_attempt, read_json, write_meta
-from service.jobs.planning import builtin_suites, job_queue, ops_scope
-from service.jobs.selection import Selected, not_affected_env, read_selection
+from service.jobs.surface_file import read_fingerprint
 from service.observability.worker import job_finished, job_started
+from service.planning import affected, base_runs, torch_matrix
+from service.planning.plan import builtin_suites, job_queue, ops_scope
+from service.planning.reuse_plan import plan_reuse
+from service.planning.selection import Selected, not_affected_env, read_selection
 from service.repo_config import RepoConfig
 from service.store import Job, Run
+from service.store.reuse import record_fingerprint
 from service.store.shards import add_not_affected
 
 log = logging.getLogger(__name__)
@@ -36,8 +40,8 @@ def run_job(ctx: WorkerContext, job_id: str) -> None:
     owner = owner_of(job_id)
     job = ctx.store.get_job(job_id)
     run = ctx.store.get_run(job.run_id) if job else None
-    if job is None or run is None or job.state == JobState.COMPLETED:
-        return
+    if job is None or run is None or job.state == JobState.COMPLETED or run.state == "planning":
+        return  # planning: a job shown while its head could not be fetched is not planned yet
     if ctx.store.is_uninstalled(run.repo_full_name):
         # Completed in the store (nothing to report: GitHub no longer lets us), so the reaper never revives it.
         log.info("run_job %s: %s is no longer installed; dropping the job", job_id, run.repo_full_name)
@@ -106,7 +110,7 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
     out = ctx.settings.artifacts_dir / run.id / job.id / str(job.attempt)
 
     def selecting(config: RepoConfig, mirror: Path, checkout: Path) -> Selected:
-        decision = affected.decide_for_job(ctx, run, job, config.targets, mirror, checkout)
+        decision = plan_reuse(ctx, run, job, config, mirror, checkout).decision
         return Selected({**not_affected_env(decision.not_affected), **affected.changed_files_env(job.suite,
                                                                                                  decision.changed)},
                         decision.line)
@@ -142,6 +146,8 @@ def execute(ctx: WorkerContext, run: Run, job: Job, out: Path, name: str, watch:
             result = ctx.runner.run(spec, watch)
         except install.InstallFailed as exc:  # the PR's requirements, not the service: no retry
             result = install.failed_result(out, exc)
+        except base_runs.UnknownInstall as exc:  # the base commit's config: the repository's, not the service's
+            result = install.failed_result(out, install.InstallFailed("config", exc.lines))
         except Exception as exc:  # the runner or checkout broke, not the PR
             log.exception("job %s: infrastructure error", name)
             result = RunResult(None, 0.0, infra_error=f"{type(exc).__name__}: {exc}")
@@ -242,6 +248,7 @@ def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: l
     ctx.store.replace_results(job.id, job.attempt, attempt.records)
     if selected.asked_not_affected:  # only what the service left out: the job cannot add to it
         add_not_affected(ctx.store, job.id, job.attempt, read_selection(out).not_affected)
+    record_fingerprint(ctx.store, job.id, job.attempt, read_fingerprint(out))
     ctx.store.replace_artifacts(job.id, job.attempt, artifact_index(out))
     if lifecycle.complete(ctx.store, job, outcome) is None:
         log.warning("job %s attempt %d: no longer running; its result is kept but not reported", job.id, job.attempt)

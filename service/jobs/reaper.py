@@ -23,7 +23,7 @@ from service.jobs import lease, lifecycle, outbox, shard_reaper
 from service.jobs.context import WorkerContext
 from service.jobs.lease import MESSAGE_IN_FLIGHT, held_by_a_dead_process_here
 from service.jobs.lifecycle import JobState, RunState
-from service.jobs.planning import job_queue
+from service.planning.plan import job_queue
 from service.store import Job, Run, utcnow
 from service.store.rows import INTERNAL_TRIGGERS
 
@@ -42,11 +42,15 @@ def reap(ctx: WorkerContext, now: datetime | None = None) -> list[str]:
     did += _unreported(ctx, now)
     pending = [(task, str(args[0])) for task, args in ctx.claims.pending_tasks(all_queues(ctx.settings)) if args]
     planning = {run_id for task, run_id in pending if task == PLAN_RUN}
-    did += [line for run in ctx.store.runs_in_state(RunState.PLANNING) if (line := _planning(ctx, run, now, planning))]
+    unplanned = ctx.store.runs_in_state(RunState.PLANNING)
+    did += [line for run in unplanned if (line := _planning(ctx, run, now, planning))]
     waiting = {job_id for task, job_id in pending if task == RUN_JOB}
+    shown = {run.id for run in unplanned}  # its jobs are only shown, while its head could not be fetched
     for job in ctx.store.jobs_in_state(JobState.RUNNING, JobState.QUEUED):
         if job.device not in ctx.settings.devices or (job.state == JobState.RUNNING and job.shards > 1):
             continue  # a sharded job's shards hold the leases: they are reaped one by one, below
+        if job.run_id in shown:
+            continue
         line = _running(ctx, job, now) if job.state == JobState.RUNNING else _queued(ctx, job, now, waiting)
         if line:
             did.append(line)

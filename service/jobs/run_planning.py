@@ -8,10 +8,11 @@ from runners.checkout import CheckoutError
 from service.github import reporting
 from service.github.api import TransientGitHubError
 from service.github.markdown import code_block
-from service.jobs import base_runs, lifecycle, plan_retries, torch_matrix
+from service.jobs import lifecycle, plan_retries
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import Conclusion, Gate, JobState, RunState
-from service.jobs.planning import PlannedJob, builtin_suites, default_devices, job_queue, plan_jobs, served_queues
+from service.planning import base_runs, torch_matrix
+from service.planning.plan import PlannedJob, builtin_suites, default_devices, job_queue, plan_jobs, served_queues
 from service.repo_config import CONFIG_FILE, default_config, parse_repo_config
 from service.store import Job, Run, utcnow
 from service.store.rows import INTERNAL_TRIGGERS
@@ -48,7 +49,8 @@ def plan_run(ctx: WorkerContext, run_id: str, retry_of: int | None = None) -> No
                 ctx.queue.run_job(job.id, job_queue(job.suite, job.device), low=True)
         return
     for job in ctx.store.jobs_of(run.id):
-        if job.check_run_id is None:
+        # A job shown while its head could not be fetched has its check run, which now says how it was planned.
+        if job.check_run_id is None or (job.state == JobState.COMPLETED and job.reported != JobState.COMPLETED):
             # Created here, before the job can be started: every check run shows "queued" first. A GitHub error
             # retries this task; jobs whose check run exists are then only (re-)enqueued, which their lease dedupes.
             reporting.report_job(ctx, job.id)
@@ -101,7 +103,11 @@ def _plan(ctx: WorkerContext, run: Run) -> bool:
     parsed = default_devices(parsed, served, has_file=text is not None)
     planned = torch_matrix.expand(plan_jobs(parsed, served, ctx.settings.max_job_minutes, has_file=text is not None),
                                   torch_matrix.versions_of(run, parsed, ctx.settings), ctx.settings, live)
-    lifecycle.plan(ctx.store, run, [_job_row(run, p, config_error) for p in planned], config_error)
+    rows = [_job_row(run, p, config_error) for p in planned]
+    if run.plan_tries:  # the jobs shown while its head could not be fetched become these (plan_retries)
+        lifecycle.settle_fetching(ctx.store, run, rows, f"Nothing ran: {CONFIG_FILE} at {run.head_sha[:12]} does not "
+                                  "ask for this job. It was shown while the commit could not be fetched yet.")
+    lifecycle.plan(ctx.store, run, rows, config_error)
     if config_error is None:
         base_runs.link_base(ctx, run, text or "")
     if run.gate == Gate.APPROVED:

@@ -20,9 +20,11 @@ from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import INFRA_TITLE, Conclusion, JobState, Outcome
 from service.jobs.pipeline import artifact_index
-from service.jobs.selection import SelectionFile, read_selection
+from service.jobs.surface_file import agreed, read_fingerprint
 from service.observability.worker import job_finished
+from service.planning.selection import SelectionFile, read_selection
 from service.store import Job, Shard
+from service.store.reuse import record_fingerprint
 from service.store.shards import add_not_affected, order_results, shards_of
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,8 @@ def _merge(ctx: WorkerContext, job: Job, shards: list[Shard], out: Path) -> Outc
     plan = json.loads(shards[0].plan or "{}")
     if plan.get("not_affected"):  # only when the service left targets out: a shard cannot add to them
         add_not_affected(ctx.store, job.id, job.attempt, first.not_affected)
+    record_fingerprint(ctx.store, job.id, job.attempt, agreed([read_fingerprint(out / "shards" / str(s.index))
+                                                              for s in shards]))
     records = [r for r in ctx.store.results_of(job.id, job.attempt) if not r.not_affected]
     outcome = merged_outcome(shards, count_outcomes(r.outcome for r in records), disagreement)
     for shard in shards:

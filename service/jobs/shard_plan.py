@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 
 from service.jobs.context import WorkerContext
-from service.jobs.planning import job_queue
+from service.planning.plan import job_queue
 from service.store import APPROVAL_SUITE, Job, Run
 from service.store.shards import recorded_durations
 from service.torch_versions import queue_for

@@ -16,16 +16,18 @@ import shutil
 from pathlib import Path
 
 from runners.protocol import RunResult
-from service.jobs import affected, base_runs, install, lifecycle, pipeline
+from service.jobs import install, lifecycle, pipeline
 from service.jobs.context import WorkerContext
 from service.jobs.lease import LEASE_TTL_S, LeaseKeeper, owner_of
 from service.jobs.lifecycle import JobState
 from service.jobs.outcome import judge, read_attempt, write_meta
-from service.jobs.planning import builtin_suites
-from service.jobs.selection import Selected, fitted_durations, not_affected_env, shard_env
 from service.jobs.shard_merge import kind_of, merge_when_done, shard_results_dir
 from service.jobs.shard_plan import plan_for
 from service.observability.worker import job_started
+from service.planning import affected, base_runs
+from service.planning.plan import builtin_suites
+from service.planning.reuse_plan import plan_reuse
+from service.planning.selection import Selected, fitted_durations, not_affected_env, shard_env
 from service.store import Job, Run, Shard
 from service.store.shards import add_shards_if_absent, get_shard, replace_shard_results, shards_of
 
@@ -75,7 +77,7 @@ def _plan(ctx: WorkerContext, run: Run, job: Job, durations: dict[str, float]) -
         config = base_runs.job_config(ctx.checkout, mirror, run, builtin_suites(ctx.suites_dir))
         if not isinstance(config, list):
             checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
-            decision = affected.decide_for_job(ctx, run, job, config.targets, mirror, checkout)
+            decision = plan_reuse(ctx, run, job, config, mirror, checkout).decision
     except Exception as exc:  # noqa: BLE001 - unsure runs everything; the shards meet any real fault themselves
         decision = affected.everything(f"the change was not analysed ({type(exc).__name__})")
     finally:

@@ -31,14 +31,15 @@ from service.jobs import (
     comment_commands,
     pipeline,
     reaper,
+    reused,
     run_planning,
     shard_reaper,
     sharding,
-    torch_matrix,
 )
 from service.jobs.context import Leases, WorkerContext
 from service.jobs.lease import orphaned_jobs
 from service.observability.worker import install_worker
+from service.planning import torch_matrix
 from service.store import Store
 from service.store.claims import Claims
 
@@ -122,7 +123,9 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
     @app.task(name=REPORT_JOB, bind=True, shared=False)
     def report_job(self: Task, job_id: str) -> None:
         try:
+            reused.judge_reused(ctx, job_id)  # its reused results, or a re-run when they do not hold
             reporting.report_job(ctx, job_id)
+            reused.tell_consumers(ctx, job_id)  # the jobs that reuse its results
         except TransientGitHubError as exc:
             _retry_later(self, exc)
 

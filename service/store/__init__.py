@@ -2,6 +2,7 @@
 
 from service.store import attempts as _attempts  # noqa: F401 - its table is made with the others
 from service.store import deliveries as _deliveries  # noqa: F401 - its table is made with the others
+from service.store import reuse as _reuse  # noqa: F401 - its table is made with the others
 from service.store.rows import (
     APPROVAL_CHECK,
     APPROVAL_SUITE,

@@ -19,8 +19,8 @@ def utcnow() -> datetime:
 APPROVAL_SUITE = "approval"  # the one job of a run that waits for /ok-to-test
 APPROVAL_CHECK = "compile-ci: approval"
 RERUN_SEP = "#"
-# Runs compile-ci makes itself, which report nothing to GitHub: a pull request's base (service/jobs/base_runs.py) and
-# the daily canary of a default branch on the advisory torch (service/jobs/canary.py).
+# Runs compile-ci makes itself, which report nothing to GitHub: a pull request's base (service/planning/base_runs.py)
+# and the daily canary of a default branch on the advisory torch (service/jobs/canary.py).
 CANARY_TRIGGER = "canary"
 INTERNAL_TRIGGERS = ("base", CANARY_TRIGGER)
 
@@ -58,9 +58,11 @@ class Run(Base):
     base_run_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
     # The .compile-ci.toml text the run was planned with ("" for none); a base run runs with its head's, not its own.
     config_text: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # The key under which a push run's results serve as a pull request's base (service/jobs/base_runs.py: its config
+    # The key under which a push run's results serve as a pull request's base (service/planning/base_runs.py: its config
     # but [install], and the runner builds that planned it); "" for a run planned before keys were recorded.
     base_key: Mapped[str] = mapped_column(String(64), default="", server_default="")
+    # A push's previous tip of its branch (the payload's `before`): the push whose results it may reuse.
+    before_sha: Mapped[str] = mapped_column(String(40), default="", server_default="")
     # Failed tries at planning (the head could not be fetched, GitHub failed), and when the next one is due: while
     # it is pending the reaper leaves the run alone, so a run has one retry chain (service/jobs/run_planning.py).
     plan_tries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
@@ -185,9 +187,10 @@ class TestResult(Base):
     verdict_detail: Mapped[str] = mapped_column(Text, default="", server_default="")
     over_budget: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # broke a [budgets] limit
     shard: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # which shard of the attempt ran it
-    # Not run: its declared target is outside what the pull request changed; the outcome is its base's (not_run
-    # until the base job has one). service/jobs/affected.py decides, service/compare/not_affected.py copies.
+    # Reused, not run: nothing it depends on changed since its source job (service/planning/), whose result it
+    # carries (not_run until that job has one), and the job that ran it (service/planning/reuse_check.py copies).
     not_affected: Mapped[bool] = mapped_column(default=False, server_default="0")
+    reused_from: Mapped[str] = mapped_column(String(80), default="", server_default="")
 
 
 class Shard(Base):
@@ -272,6 +275,7 @@ class NewRun:
     gate: str = "trusted"
     base_sha: str | None = None
     config_text: str | None = None
+    before_sha: str = ""
 
     @property
     def run_id(self) -> str:

@@ -1,16 +1,16 @@
-"""A sharded job's rows: its shards, each shard's test results, the merged order, the tests not run because the
-pull request cannot affect them, and the recorded durations a split is made from."""
+"""A sharded job's rows: its shards, each shard's test results, the merged order, the tests not run because their
+results are reused, and the recorded durations a split is made from."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select
 
 from service.store.rows import Job, Run, Shard, TestRecord, TestResult
 from service.store.store import Store
 
-NOT_RUN = "not_run"  # the outcome of a test not affected by a pull request until its base has a result for it
+NOT_RUN = "not_run"  # the outcome of a reused test until its source job has a result for it (service/store/reuse.py)
 HISTORY_JOBS = 6  # the newest finished jobs of a suite and device whose durations a split is made from
 
 
@@ -69,8 +69,8 @@ def _copy(row: TestResult) -> TestResult:
 
 
 def add_not_affected(store: Store, job_id: str, attempt: int, nodeids: Iterable[str]) -> int:
-    """Rows for the tests a job did not run because the pull request cannot affect them (their base result is
-    copied in when its base job has one); none for a test the job ran after all. How many were added."""
+    """Rows for the tests a job did not run because their results are reused (copied in when their source job has
+    one: service/store/reuse.py); none for a test the job ran after all. How many were added."""
     with store.session() as s:
         have = set(s.scalars(select(TestResult.nodeid).where(TestResult.job_id == job_id,
                                                              TestResult.attempt == attempt)))
@@ -84,25 +84,6 @@ def not_affected_results(store: Store, job_id: str, attempt: int) -> list[TestRe
     with store.session() as s:
         return list(s.scalars(select(TestResult).where(TestResult.job_id == job_id, TestResult.attempt == attempt,
                                                        TestResult.not_affected.is_(True))))
-
-
-COPIED = ("outcome", "duration_s", "message", "details", "file", "line", "metrics", "repo_path", "repo_line")
-
-
-def take_base_results(store: Store, job_id: str, attempt: int, base: dict[str, TestResult]) -> int:
-    """Fill the not-affected rows from their base results (again whenever judged: the base may have been re-run);
-    a test the base has no result for stays not run. How many rows were filled."""
-    filled = 0
-    with store.session() as s:
-        rows = s.scalars(select(TestResult).where(TestResult.job_id == job_id, TestResult.attempt == attempt,
-                                                  TestResult.not_affected.is_(True)))
-        for row in rows:
-            source = base.get(row.nodeid)
-            values = {name: getattr(source, name) for name in COPIED} if source is not None else {
-                "outcome": NOT_RUN, "duration_s": 0.0, "message": "", "details": "", "metrics": None}
-            s.execute(update(TestResult).where(TestResult.id == row.id).values(**values))
-            filled += source is not None
-    return filled
 
 
 def recorded_durations(store: Store, repo: str, suite: str, device: str) -> dict[str, float]:

@@ -187,7 +187,7 @@ class Store:
 
     def push_run_at(self, repo_full_name: str, sha: str, base_key: str | None = None) -> Run | None:
         """The default branch's run at `sha` (the baseline a pull request on that base is judged against); with
-        `base_key`, only one planned under that key (service/jobs/base_runs.py)."""
+        `base_key`, only one planned under that key (service/planning/base_runs.py)."""
         with self.session() as s:
             query = select(Run).where(Run.repo_full_name == repo_full_name, Run.head_sha == sha,
                                       Run.trigger == "push", Run.cancelled_reason.is_(None))

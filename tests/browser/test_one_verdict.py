@@ -52,8 +52,10 @@ def test_flaky_when_planted():
 CASES = {  # pull request: (file it changes, content, conclusion, title, {test: badges})
     "red": ("verdict.txt", "fail\n", "failure", "1 new failure, 1 failing at base — 2 failed, 2 passed",
             {"test_follows_the_pull_request": ["NEW"], "test_broken_on_main_too": ["AT BASE"]}),
-    "green at base": ("notes.md", "docs only\n", "success", "Green — 1 failing at base (1 failed, 3 passed)",
+    "green at base": ("notes.txt", "not Python\n", "success", "Green — 1 failing at base (1 failed, 3 passed)",
                       {"test_broken_on_main_too": ["AT BASE"]}),
+    "reused": ("notes.md", "docs only\n", "success", "Green — 4 reused from the base (no tests)",
+               {"test_broken_on_main_too": ["REUSED"], "test_always_passes": ["REUSED"]}),
     "flaky": ("flaky.txt", "yes\n", "success", "Green — 1 failing at base, 1 flaky (1 failed, 3 passed)",
               {"test_broken_on_main_too": ["AT BASE"], "test_flaky_when_planted": ["FLAKY"]}),
 }
@@ -114,13 +116,17 @@ def test_the_same_words_on_github_the_comment_and_every_page(
         number, sha = heads[case]
         check_run: dict[str, Any] = await_check_run(emulator, sha, compared)
         assert (check_run["conclusion"], check_run["output"]["title"]) == (conclusion, title), case
-        (comment,) = await_comment(emulator, number, lambda c, title=title: title in c["body"])
-        assert f"| {'❌' if conclusion == 'failure' else '✅'} {title} |" in comment["body"], comment["body"]
-        new, at_base, flaky = _columns(comment["body"], title)  # the row's figures count what its title says
-        assert (new, at_base, flaky) == (_said(title, "new failure"), _said(title, "failing at base"),
-                                         _said(title, "flaky") + _said(title, "known flaky")), (case, comment["body"])
-        listed = re.search(r"^\*\*New failures\*\* \((\d+)\)$", comment["body"], re.M)
-        assert (int(listed[1]) if listed else 0) == new, (case, comment["body"])  # and so does the list below
+        if case == "reused":  # all green and nothing changed: no comment (tests/integration/test_reuse.py has one)
+            assert await_comment(emulator, number, lambda c: True, timeout_s=2) == []
+        else:
+            (comment,) = await_comment(emulator, number, lambda c, title=title: title in c["body"])
+            assert f"| {'❌' if conclusion == 'failure' else '✅'} {title} |" in comment["body"], comment["body"]
+            new, at_base, flaky = _columns(comment["body"], title)  # the row's figures count what its title says
+            assert (new, at_base, flaky) == (_said(title, "new failure"), _said(title, "failing at base"),
+                                             _said(title, "flaky") + _said(title, "known flaky")), (case,
+                                                                                                   comment["body"])
+            listed = re.search(r"^\*\*New failures\*\* \((\d+)\)$", comment["body"], re.M)
+            assert (int(listed[1]) if listed else 0) == new, (case, comment["body"])  # and so does the list below
 
         job = store.get_job(job_id_of_external(check_run["external_id"]))
         assert job is not None

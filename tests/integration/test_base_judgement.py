@@ -114,7 +114,7 @@ def test_against_a_push_run_a_base_failure_is_a_warning_and_a_new_failure_is_red
     pushed = await_check_run(emulator, base, lambda r: r["status"] == "completed")
     assert pushed["conclusion"] == "failure"  # main itself is judged as ever: one test fails there
 
-    green = commit_file(repo, "pr11", "notes.md", "docs only\n", "docs")
+    green = commit_file(repo, "pr11", "notes.txt", "read by nothing\n", "notes")  # not Python: every test runs
     open_pr(settings, 11, green, base)
     check_run = await_check_run(emulator, green, compared)
     assert check_run["conclusion"] == "success", check_run["output"]

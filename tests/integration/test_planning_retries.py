@@ -49,10 +49,11 @@ def repo(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def suites_dir(tmp_path: Path) -> Path:
-    suite = tmp_path / "suites" / "correctness"
-    suite.mkdir(parents=True)
-    (suite / "test_tiny.py").write_text("def test_ok():\n    assert True\n")
-    return suite.parent
+    for name in ("correctness", "layout"):  # the defaults a run shows while its config cannot be read
+        suite = tmp_path / "suites" / name
+        suite.mkdir(parents=True)
+        (suite / "test_tiny.py").write_text("def test_ok():\n    assert True\n")
+    return tmp_path / "suites"
 
 
 def deliver_opened(settings: Settings, sha: str, delivery: str) -> None:
@@ -95,17 +96,47 @@ def test_a_force_pushed_head_gets_failed_check_runs_once_after_a_few_tries_of_on
         reap(reaper)  # while the retry waits in the worker, not in the queue
         time.sleep(0.1)
     assert redelivered
-    (check_run,) = runs
-    assert (check_run["name"], check_run["conclusion"]) == ("correctness (cpu)", "failure")
-    assert check_run["output"]["title"] == "Commit c0ffee1 not found: force-pushed?"
-    assert "tried 3 times" in check_run["output"]["summary"] + (check_run["output"].get("text") or "")
+    assert sorted(r["name"] for r in runs) == ["correctness (cpu)", "layout (cpu)"]
+    for check_run in runs:  # shown queued at the first failed try, then concluded
+        assert GitHubEmulator.status_sequence(check_run) == ["queued", "completed"]
+        assert check_run["conclusion"] == "failure"
+        assert check_run["output"]["title"] == "Commit c0ffee1 not found: force-pushed?"
+        assert "tried 3 times" in check_run["output"]["summary"] + (check_run["output"].get("text") or "")
     fetches = [r for r in caplog.records if "fetching" in r.getMessage()]
     assert [f"try {n} of {TRIES}" in r.getMessage() for n, r in enumerate(fetches, 1)] == [True] * TRIES
     (run,) = store.recent_runs()
     assert (run.state, run.plan_tries) == ("planned", TRIES)
     time.sleep(2 * quick.plan_retry_seconds)  # long enough for a second chain's next try to show
     assert len([r for r in caplog.records if "fetching" in r.getMessage()]) == TRIES
-    assert len([r for r in emulator.check_runs(FULL_NAME) if r["head_sha"] == sha]) == 1
+    assert len([r for r in emulator.check_runs(FULL_NAME) if r["head_sha"] == sha]) == 2
+
+
+def test_a_head_fetched_on_a_retry_is_planned_from_its_config_and_what_it_does_not_ask_for_says_so(
+    quick: Settings, repo: Path, tmp_path: Path, worker: None, emulator: GitHubEmulator,
+) -> None:
+    elsewhere = tmp_path / "elsewhere"  # the commit exists, but not yet where compile-ci fetches from
+    subprocess.run(["git", "clone", "-q", str(repo), str(elsewhere)], check=True)
+    sha = commit_file(elsewhere, "main", ".compile-ci.toml", '[suites]\nrun = ["correctness"]\n', "config")
+    deliver_opened(quick, sha, "d-late")
+    store = Store(quick.database_url)
+    deadline = time.monotonic() + 30
+    while len(shown := [r for r in emulator.check_runs(FULL_NAME) if r["head_sha"] == sha]) < 2:
+        assert time.monotonic() < deadline, "the default jobs were not shown while the head could not be fetched"
+        time.sleep(0.05)
+    assert {(r["status"], r["output"]["title"]) for r in shown} == {("queued", "Fetching the head")}
+    (run,) = store.recent_runs()
+    assert run.state == "planning"
+    subprocess.run(["git", "-C", str(elsewhere), "push", "-q", str(repo), "main:pr"], check=True)
+    runs = emulator.check_runs(FULL_NAME)
+    while any(r["status"] != "completed" for r in runs):
+        assert time.monotonic() < deadline + 60, [(r["name"], r["status"], r["output"]["title"]) for r in runs]
+        time.sleep(0.1)
+        runs = emulator.check_runs(FULL_NAME)
+    by_name = {r["name"]: r for r in runs}
+    assert (by_name["correctness (cpu)"]["conclusion"], by_name["correctness (cpu)"]["output"]["title"]) == (
+        "success", "1 passed")  # planned from its config, and run
+    assert (by_name["layout (cpu)"]["conclusion"], by_name["layout (cpu)"]["output"]["title"]) == (
+        "neutral", "Not run: not asked for")
 
 
 def test_the_reaper_leaves_a_scheduled_planning_retry_alone_until_it_is_overdue(

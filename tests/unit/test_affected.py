@@ -1,5 +1,6 @@
-"""Which declared targets a pull request can affect (service/jobs/affected.py, service/jobs/import_closure.py): their
-import closures against its diff, and everything whenever the change touches the compiler surface or is unsure."""
+"""Which groups of tests a change leaves as they were (service/planning/affected.py, import_closure.py): the declared
+targets whose import closures its diff does not touch, and the built-in corpus unless it reaches the compiler surface;
+everything whenever it touches that surface or is unsure."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from service.jobs.affected import decide, decide_for_checkout
-from service.jobs.import_closure import ModuleIndex, closure, imported_names
+from service.planning.affected import decide, decide_for_checkout
+from service.planning.import_closure import ModuleIndex, closure, imported_names
+from service.repo_config import RepoConfig
+from suites.shard_plan import CORPUS_GROUP as CORPUS
 
 HEAD = {
     "zoo/__init__.py": b"",
@@ -27,27 +30,33 @@ HEAD = {
     "scripts/train.py": b"print('not imported by any target')\n",
 }
 TARGETS = {"models": ["zoo.resnet:examples", "zoo.vit:examples"], "fuse": ["fusedpkg.kernels:examples"]}
-ALL = ("fusedpkg.kernels:examples", "zoo.resnet:examples", "zoo.vit:examples")
+ALL = (CORPUS, "fusedpkg.kernels:examples", "zoo.resnet:examples", "zoo.vit:examples")
+
+
+def config(targets: dict[str, list[str]]) -> RepoConfig:
+    return RepoConfig(suites=("correctness",), devices=("cpu",), targets=targets)
 
 
 def decided(changed: list[str], targets: dict[str, list[str]] | None = None,
             base: dict[str, bytes] | None = None) -> tuple[str, ...]:
     index = ModuleIndex(HEAD)
-    decision = decide(changed, targets or TARGETS, index, HEAD.get, (base or {}).get)
+    same = config(targets or TARGETS)
+    decision = decide(changed, same, same, index, HEAD.get, (base or {}).get)
     return decision.not_affected
 
 
 @pytest.mark.parametrize(("changed", "not_affected"), [
-    (["zoo/vit.py"], ("fusedpkg.kernels:examples", "zoo.resnet:examples")),
-    (["zoo/blocks.py"], ("fusedpkg.kernels:examples", "zoo.vit:examples")),  # resnet imports it, relatively
+    (["zoo/vit.py"], (CORPUS, "fusedpkg.kernels:examples", "zoo.resnet:examples")),
+    (["zoo/blocks.py"], (CORPUS, "fusedpkg.kernels:examples", "zoo.vit:examples")),  # resnet imports it, relatively
     (["zoo/heads/linear.py"], ALL),  # `from . import heads` runs heads/__init__.py, not heads.linear
-    (["zoo/heads/__init__.py"], ("fusedpkg.kernels:examples", "zoo.vit:examples")),
-    (["zoo/__init__.py"], ("fusedpkg.kernels:examples",)),  # every zoo module imports its package
-    (["zoo/attention.py"], ("fusedpkg.kernels:examples", "zoo.resnet:examples")),  # imported inside a function
-    (["zoo/extra.py"], ("fusedpkg.kernels:examples", "zoo.resnet:examples")),  # a new module vit's imports name
-    (["src/fusedpkg/kernels.py"], ("zoo.resnet:examples", "zoo.vit:examples")),  # a src/ layout
+    (["zoo/heads/__init__.py"], (CORPUS, "fusedpkg.kernels:examples", "zoo.vit:examples")),
+    (["zoo/__init__.py"], (CORPUS, "fusedpkg.kernels:examples")),  # every zoo module imports its package
+    (["zoo/attention.py"], (CORPUS, "fusedpkg.kernels:examples", "zoo.resnet:examples")),  # imported in a function
+    (["zoo/extra.py"], (CORPUS, "fusedpkg.kernels:examples", "zoo.resnet:examples")),  # a new module vit's imports name
+    (["src/fusedpkg/kernels.py"], (CORPUS, "zoo.resnet:examples", "zoo.vit:examples")),  # a src/ layout
     (["scripts/train.py"], ALL),  # Python no target imports
     (["README.md", "docs/zoo.rst"], ALL),  # documentation
+    ([".compile-ci.toml"], ALL),  # the config, read key by key: no key differs here
     ([], ALL),
 ])
 def test_a_target_runs_when_its_import_closure_changed(changed: list[str], not_affected: tuple[str, ...]) -> None:
@@ -55,8 +64,8 @@ def test_a_target_runs_when_its_import_closure_changed(changed: list[str], not_a
 
 
 @pytest.mark.parametrize("changed", [
-    [".compile-ci.toml"], ["conftest.py"], ["tests/conftest.py"], ["pyproject.toml"], ["setup.py"],
-    ["requirements.txt"], ["requirements-dev.txt"], ["zoo/model.pth"],  # config, install, torch pins
+    ["conftest.py"], ["tests/conftest.py"], ["pyproject.toml"], ["setup.py"],
+    ["requirements.txt"], ["requirements-dev.txt"], ["zoo/model.pth"],  # install, torch pins
     ["zoo/patches.py"],  # patches inductor (no target imports it: a patch works on every test of the job)
     ["zoo/weights.json"], ["zoo/kernel.cpp"],  # not Python: what reads it cannot be told
     ["passes/rewrite.py"],  # a declared pass
@@ -69,7 +78,7 @@ def test_the_compiler_surface_or_an_unsure_change_runs_everything(changed: list[
 def test_a_declared_pass_runs_everything_through_what_it_imports() -> None:
     targets = {**TARGETS, "post_grad_passes": ["passes.rewrite:rewrite"]}
     assert decided(["zoo/blocks.py"], targets) == ()  # the pass imports zoo.blocks
-    assert decided(["zoo/vit.py"], targets) == ("fusedpkg.kernels:examples", "zoo.resnet:examples")
+    assert decided(["zoo/vit.py"], targets) == (CORPUS, "fusedpkg.kernels:examples", "zoo.resnet:examples")
 
 
 def test_a_file_that_reached_into_torch_before_the_change_runs_everything() -> None:
@@ -84,13 +93,14 @@ def test_a_file_that_reached_into_torch_before_the_change_runs_everything() -> N
                                   b"torch._inductor.config.freezing = True", b"from torch import _dynamo"])
 def test_global_switches_in_a_changed_model_run_everything(text: bytes) -> None:
     head = {**HEAD, "zoo/vit.py": text + b"\n"}
-    assert decide(["zoo/vit.py"], TARGETS, ModuleIndex(head), head.get, lambda _p: None).not_affected == ()
+    same = config(TARGETS)
+    assert decide(["zoo/vit.py"], same, same, ModuleIndex(head), head.get, lambda _p: None).not_affected == ()
 
 
 def test_a_target_that_imports_by_computed_name_runs_whenever_python_changed() -> None:
     targets = {"models": ["zoo.plugins:examples", "zoo.resnet:examples"]}
-    assert decided(["scripts/train.py"], targets) == ("zoo.resnet:examples",)
-    assert decided(["README.md"], targets) == ("zoo.plugins:examples", "zoo.resnet:examples")
+    assert decided(["scripts/train.py"], targets) == (CORPUS, "zoo.resnet:examples")
+    assert decided(["README.md"], targets) == (CORPUS, "zoo.plugins:examples", "zoo.resnet:examples")
     reach = closure(ModuleIndex(HEAD), "zoo.plugins", HEAD.get)
     assert reach.dynamic == ("zoo/plugins.py",)
 
@@ -103,10 +113,10 @@ def test_relative_imports_resolve_like_python() -> None:
     assert imported_names(b"def broken(:\n", "m", False) is None  # what it imports is unknown: dynamic
 
 
-def test_without_declared_models_or_fuse_targets_everything_runs() -> None:
-    decision = decide(["zoo/vit.py"], {"post_grad_passes": ["passes.rewrite:rewrite"]}, ModuleIndex(HEAD),
-                      HEAD.get, lambda _p: None)
-    assert decision.not_affected == () and "no declared models" in decision.reason
+def test_without_declared_models_or_fuse_targets_the_corpus_is_still_reused() -> None:
+    passes = config({"post_grad_passes": ["passes.rewrite:rewrite"]})
+    decision = decide(["zoo/vit.py"], passes, passes, ModuleIndex(HEAD), HEAD.get, lambda _p: None)
+    assert decision.not_affected == (CORPUS,) and "does not reach the compiler" in decision.reason
 
 
 def test_a_checkout_on_disk_is_read_without_following_links(tmp_path: Path) -> None:
@@ -115,20 +125,21 @@ def test_a_checkout_on_disk_is_read_without_following_links(tmp_path: Path) -> N
         (tmp_path / path).write_bytes(text)
     (tmp_path / ".git").mkdir()
     (tmp_path / ".git" / "hook.py").write_text("import zoo.vit\n")
-    decision = decide_for_checkout(tmp_path, ["zoo/vit.py"], TARGETS, lambda _p: None)
-    assert decision.not_affected == ("fusedpkg.kernels:examples", "zoo.resnet:examples")
-    assert "zoo.resnet:examples" in decision.line and decision.line.startswith("compile-ci: not affected")
+    same = config(TARGETS)
+    decision = decide_for_checkout(tmp_path, ["zoo/vit.py"], same, same, lambda _p: None)
+    assert decision.not_affected == (CORPUS, "fusedpkg.kernels:examples", "zoo.resnet:examples")
+    assert "zoo.resnet:examples" in decision.line and decision.line.startswith("compile-ci: nothing these tests")
     (tmp_path / "zoo" / "blocks.py").unlink()
     (tmp_path / "zoo" / "blocks.py").symlink_to("/etc/hostname")  # a link in the checkout is never read
     reach = closure(ModuleIndex.of_checkout(tmp_path), "zoo.resnet", lambda p: None if p == "zoo/blocks.py"
                     else (tmp_path / p).read_bytes())
     assert "zoo/blocks.py" in reach.dynamic
-    assert decide_for_checkout(tmp_path, ["scripts/train.py"], TARGETS, lambda _p: None).not_affected == (
-        "fusedpkg.kernels:examples", "zoo.vit:examples")
+    assert decide_for_checkout(tmp_path, ["scripts/train.py"], same, same, lambda _p: None).not_affected == (
+        CORPUS, "fusedpkg.kernels:examples", "zoo.vit:examples")
 
 
 def test_the_ops_sweep_is_told_what_a_pull_request_changed_unless_it_touches_install_or_config() -> None:
-    from service.jobs.affected import CHANGED_FILES_ENV, changed_files_env
+    from service.planning.affected import CHANGED_FILES_ENV, changed_files_env
 
     changed = ("zoo/lowerings/sin.py", "README.md")
     assert json.loads(changed_files_env("ops", changed)[CHANGED_FILES_ENV]) == list(changed)

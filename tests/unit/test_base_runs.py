@@ -15,9 +15,8 @@ from runners.checkout import Checkout
 from runners.local import LocalRunner
 from service.config import Secret, Settings
 from service.devkit.sandbox.sample_repo import commit_file, init_repo
-from service.jobs import base_runs
 from service.jobs.context import WorkerContext
-from service.jobs.install import InstallFailed
+from service.planning import base_runs
 from service.repo_config import CONFIG_FILE
 from service.store import NewRun, Run, Store
 
@@ -69,7 +68,7 @@ def test_a_base_commit_whose_config_cannot_be_read_installs_nothing_and_says_so(
         repo: tuple[Path, str, str], tmp_path: Path) -> None:
     mirror, _base, _head = repo
     broken = commit_file(mirror.parent, "main", CONFIG_FILE, "[install]\nrequirements = 3\n", "break the config")
-    with pytest.raises(InstallFailed, match="base commit's .compile-ci.toml"):
+    with pytest.raises(base_runs.UnknownInstall, match="base commit's .compile-ci.toml"):
         base_runs.job_config(Checkout(tmp_path / "mirrors"), mirror, _run("base", broken, HEAD_CONFIG), SUITES)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.shard_repos import declared_repository, stand_in_repository
-from service.jobs.planning import builtin_suites
+from service.planning.plan import builtin_suites
 from service.repo_config import RepoConfig, parse_repo_config
 
 ROOT = Path(__file__).resolve().parents[2]

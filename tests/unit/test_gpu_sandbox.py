@@ -7,7 +7,7 @@ from pathlib import Path
 
 import suites
 from service.devkit.sandbox.declared import SUITES, create_declared_repo, generated_code_summary
-from service.jobs.planning import MULTI_GPU_SUITES, builtin_suites
+from service.planning.plan import MULTI_GPU_SUITES, builtin_suites
 from service.repo_config import default_config, parse_repo_config
 
 BUILTIN_SUITES = builtin_suites(Path(suites.__file__).parent)

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from runners.gpus import host_gpu_count
-from service.jobs.planning import (
+from service.planning.plan import (
     PlannedJob,
     builtin_suites,
     default_devices,

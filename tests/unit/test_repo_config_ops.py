@@ -3,8 +3,8 @@
 from pathlib import Path
 
 import suites
-from service.jobs.base_runs import BASE_TRIGGER
-from service.jobs.planning import builtin_suites, ops_scope, plan_jobs
+from service.planning.base_runs import BASE_TRIGGER
+from service.planning.plan import builtin_suites, ops_scope, plan_jobs
 from service.repo_config import RepoConfig, default_config, parse_repo_config
 from service.store.rows import CANARY_TRIGGER
 

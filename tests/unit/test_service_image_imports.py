@@ -1,5 +1,5 @@
 """The service's image has no torch, pytest or numpy (only the runner images do): every module of `service` must
-import without them, or the web, worker-github and beat containers crash at start (as `service.jobs.selection`
+import without them, or the web, worker-github and beat containers crash at start (as `service.planning.selection`
 once did, importing the job-side shard plugin and with it pytest)."""
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import pytest
 from service.jobs import lifecycle
 from service.jobs.lifecycle import Conclusion, JobState, Outcome
 from service.store import NewRun, Run, Store, TestRecord
+from service.store.reuse import fill_reused
 from service.store.shards import (
     NOT_RUN,
     add_not_affected,
@@ -18,7 +19,6 @@ from service.store.shards import (
     recorded_durations,
     replace_shard_results,
     shards_of,
-    take_base_results,
 )
 
 
@@ -109,24 +109,25 @@ def test_each_shard_keeps_its_own_results_and_the_merge_puts_them_in_pytest_orde
         ("t::a", 0, "passed"), ("t::b", 1, "passed"), ("t::c", 0, "skipped"), ("t::d", 1, "failed")]  # once each
 
 
-def test_tests_left_to_the_base_take_its_results_and_stay_not_run_without_one(store: Store) -> None:
+def test_reused_tests_take_their_sources_results_naming_it_and_stay_not_run_without_one(store: Store) -> None:
     job_id = _sharded(store, 1)
     replace_shard_results(store, job_id, 1, 0, _records(("t::vit", "failed")))
     assert add_not_affected(store, job_id, 1, ["t::resnet", "t::gone", "t::vit", "t::resnet"]) == 2
-    base = {r.nodeid: r for r in _base_rows(store)}
-    assert take_base_results(store, job_id, 1, base) == 1
-    rows = {r.nodeid: (r.outcome, r.not_affected, r.message) for r in store.results_of(job_id, 1)}
-    assert rows == {"t::vit": ("failed", False, ""), "t::resnet": ("failed", True, "the base's own failure"),
-                    "t::gone": (NOT_RUN, True, "")}
+    source, rows = _base_rows(store)
+    assert fill_reused(store, job_id, 1, source, {r.nodeid: r for r in rows}) == 1
+    rows = {r.nodeid: (r.outcome, r.not_affected, r.message, r.reused_from) for r in store.results_of(job_id, 1)}
+    assert rows == {"t::vit": ("failed", False, "", ""),
+                    "t::resnet": ("failed", True, "the base's own failure", source.id),
+                    "t::gone": (NOT_RUN, True, "", "")}
 
 
-def _base_rows(store: Store) -> list:
+def _base_rows(store: Store) -> tuple:
     run = _run(store, "push", "b")
     lifecycle.plan(store, run, [lifecycle.new_job(run, "correctness", "cpu", 60)], None)
     (job,) = store.jobs_of(run.id)
     store.replace_results(job.id, 0, [TestRecord(nodeid="t::resnet", outcome="failed", duration_s=2.0,
                                                  message="the base's own failure")])
-    return store.results_of(job.id, 0)
+    return job, store.results_of(job.id, 0)
 
 
 def test_durations_come_from_the_default_branch_first_then_any_run(store: Store) -> None:

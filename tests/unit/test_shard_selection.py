@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from service.jobs.selection import not_affected_env, read_selection, shard_env
+from service.planning.selection import not_affected_env, read_selection, shard_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = '''
@@ -93,3 +93,18 @@ def test_shards_run_every_test_once_and_leave_out_what_the_change_cannot_affect(
 
     code, ran, out = run_pytest(suite, "empty", {**shard_env(10, 11, {}), **left_out})  # 11 shards of 10 tests
     assert (code, ran) == (0, []) and read_selection(out).index == 10  # nothing to run is not a failure
+
+
+def test_the_built_in_corpus_is_a_group_of_its_own_and_a_target_that_failed_to_load_still_runs(suite: Path) -> None:
+    from suites.shard_plan import CORPUS_GROUP
+
+    code, ran, out = run_pytest(suite, "corpus", not_affected_env([CORPUS_GROUP, "zoo.vit:examples",
+                                                                     "zoo.broken:examples"]))
+    assert code == 0
+    assert sorted(ran) == ["test_adversarial_declared_model[resnet-bf16]",
+                           "test_adversarial_declared_model[resnet-fp32]", "test_declared_model[resnet]",
+                           "test_unloadable[broken]"]
+    left = read_selection(out).not_affected
+    assert sorted(n.split("::")[1] for n in left) == sorted(
+        [*(f"test_corpus[{i}]" for i in range(6)), "test_declared_model[vit]",
+         "test_adversarial_declared_model[vit-bf16]", "test_adversarial_declared_model[vit-fp32]"])

@@ -10,9 +10,9 @@ import pytest
 from runners.protocol import RunResult
 from service.jobs.lifecycle import INFRA_TITLE, Conclusion
 from service.jobs.outcome import Attempt, judge
-from service.jobs.selection import MAX_PLAN_ENV, SelectionFile, fitted_durations, shard_env
 from service.jobs.shard_merge import disagreement_of, kind_of, merged_outcome
 from service.jobs.shard_plan import shard_count
+from service.planning.selection import MAX_PLAN_ENV, SelectionFile, fitted_durations, shard_env
 from service.store import Shard, TestRecord
 from suites.shard_plan import SHARD_ENV, decode_plan, split
 

@@ -16,8 +16,9 @@ from service.compare.canary_diff import compare_canary
 from service.compare.job_verdict import job_verdict
 from service.config import ConfigError, Settings
 from service.github.checks import render_check_run
-from service.jobs import lifecycle, torch_matrix
-from service.jobs.planning import PlannedJob, plan_jobs
+from service.jobs import lifecycle
+from service.planning import torch_matrix
+from service.planning.plan import PlannedJob, plan_jobs
 from service.repo_config import parse_repo_config
 from service.store import Job, NewRun, Run, Store, TestRecord, TestResult, job_id_for
 from service.store.rows import check_name_of

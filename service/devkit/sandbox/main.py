@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from service.compare.comment import PENDING_NOTE
 from service.compare.job_verdict import BASE_PENDING
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.declared import FULL_NAME as DECLARED_NAME
@@ -22,6 +23,7 @@ from service.devkit.sandbox.sample_index import write_sample_index
 from service.devkit.sandbox.sample_repo import SampleRepo, create_sample_repo
 from service.devkit.sandbox.stack import INSTALLATION_ID, Stack
 from service.store import Store
+from service.store.rows import INTERNAL_TRIGGERS
 
 FULL_NAME = "sandbox/model-zoo"
 REPO_ID = 700001
@@ -107,6 +109,33 @@ def wait_for_check_runs(stack: Stack, count: int, timeout_s: float, progress: Pr
     return every_run()
 
 
+def settled(stack: Stack, store: Store, repos: tuple[str, ...]) -> bool:
+    """Nothing left to change what the sandbox prints: no run planning, no job queued or running (base runs
+    included), every job's last word reported, every comment past its base's wait."""
+    if store.runs_in_state("planning") or store.jobs_in_state("queued", "running"):
+        return False
+    if any(job.reported != "completed" for run in store.recent_runs(200) if run.trigger not in INTERNAL_TRIGGERS
+           for job in store.jobs_of(run.id)):
+        return False
+    return not any(PENDING_NOTE in str(comment.get("body") or "") for comment in stack.emulator.comments
+                   if comment.get("repository") in repos)
+
+
+def wait_until_settled(stack: Stack, store: Store, repos: tuple[str, ...], timeout_s: float,
+                       progress: Progress | None = None) -> None:
+    """Until every check run, base run and comment has its final word (what the final printout shows)."""
+    def done() -> bool:
+        stack.check_alive()
+        if progress is not None:
+            progress.show([run for name in repos for run in stack.emulator.check_runs(name)])
+        try:
+            return settled(stack, store, repos)
+        except Exception:  # noqa: BLE001 - a read that raced a worker's write: asked again at the next poll
+            return False
+
+    wait_until(done, timeout_s, "every check run, base run and comment to settle")
+
+
 def run_sandbox(root: Path | None = None, keep_running: bool = False, timeout_s: float = 900.0,
                 devices: str = "cpu", cuda_workers: int = 1, declared: bool = False) -> int:
     """`devices`: what this sandbox has workers for ("cpu" or "cpu,cuda"; cuda needs a GPU host). `declared`: also
@@ -147,6 +176,7 @@ def _sandbox(root: Path, keep_running: bool, timeout_s: float, devices: str, cud
     print(f"compile-ci sandbox in {root}", flush=True)
     with Stack(root, devices=devices, cuda_workers=cuda_workers) as stack:
         print(f"  web service  {stack.web_url}\n  GitHub emulator  {stack.emulator.url}\n  redis  {stack.redis_url}")
+        jobs_started = time.monotonic()  # set-up done: what follows is the pull requests' jobs
         repo, pulls = open_sample_pull_requests(stack)
         declared_device = "cuda" if has_cuda else "cpu"
         declared_repo = open_declared_pull_request(stack, declared_device, post_webhook) if declared else None
@@ -159,8 +189,12 @@ def _sandbox(root: Path, keep_running: bool, timeout_s: float, devices: str, cud
         print("\nCheck runs as they change, and the base runs the comparison needs (no check run of their own):",
               flush=True)
         expected = CHECK_RUNS + (len(DECLARED_SUITES) if declared else 0)
-        progress = Progress(pulls, started, Store(stack.env()["COMPILE_CI_DATABASE_URL"]))
-        check_runs = wait_for_check_runs(stack, expected, timeout_s, progress, repos)
+        store = Store(stack.env()["COMPILE_CI_DATABASE_URL"])
+        progress = Progress(pulls, started, store)
+        wait_for_check_runs(stack, expected, timeout_s, progress, repos)
+        wait_until_settled(stack, store, repos, timeout_s, progress)
+        jobs_s = time.monotonic() - jobs_started
+        check_runs = [run for name in repos for run in stack.emulator.check_runs(name)]
         print("\nCheck runs on GitHub (emulated):")
         print_check_runs(check_runs, pulls)
         ok = _as_expected(check_runs, repo.good_sha, repo.buggy_sha, ("cpu", "cuda") if has_cuda else ("cpu",))
@@ -183,7 +217,9 @@ def _sandbox(root: Path, keep_running: bool, timeout_s: float, devices: str, cud
             what += ", on cpu and on cuda"
         if declared_repo is not None:
             what += f"; the declared targets pass all six suites on {declared_device}"
-        print(f"\n{'OK' if ok else 'UNEXPECTED'}: {what} ({time.monotonic() - started:.0f} s).", flush=True)
+        print(f"\n{'OK' if ok else 'UNEXPECTED'}: {what}.\nJobs: {jobs_s:.0f} s, from the first webhook until every "
+              f"check run, base run and comment had its final word ({time.monotonic() - started:.0f} s with the "
+              f"stack's start).", flush=True)
         if keep_running:
             print(f"Browse {stack.web_url}/ ; Ctrl-C (or SIGTERM, SIGHUP) stops everything.", flush=True)
             try:

@@ -27,7 +27,7 @@ def new_commit_to_check(event: Event, deps: HandlerDeps) -> Outcome:
         head_sha=field(payload, "pull_request.head.sha", str),
         sender=field(payload, "sender.login", str),
         author=field(payload, "pull_request.user.login", str),
-        base_sha=field(payload, "pull_request.base.sha", str),  # judged against it (service/jobs/base_runs.py)
+        base_sha=field(payload, "pull_request.base.sha", str),  # judged against it (service/planning/base_runs.py)
         # Code from outside the project waits for a maintainer's /ok-to-test of this very commit.
         gate="trusted" if author_is_trusted(association) else "waiting",
     )

@@ -50,6 +50,10 @@ def _row_html(base: str, result: queries.ResultRow, name: str, graphs: int, repr
         f'<a href="{base}/tests/{sanitise_nodeid(result.nodeid)}">history</a>')
     if name and compare:
         link += f' · <a class="diff-link" href="{base}/tests/{name}/diff">vs base</a>'
+    if result.reused_from:  # a job id of our store, escaped all the same
+        source = escape(result.reused_from)
+        link += (f' · <a class="reused-from" href="/jobs/{source}/tests/{sanitise_nodeid(result.nodeid)}">reused '
+                 f'from job {source}</a>')
     outcome = escape(result.outcome)
     # The verdict badges, as templates/_badges.html writes them (the words are ours: NEW, AT BASE, ...).
     marks = "".join(f' <span class="badge verdict b-{w.lower().replace(" ", "-")}">{w}</span>' for w in result.badges)

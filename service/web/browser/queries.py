@@ -152,6 +152,7 @@ class ResultRow:
     metrics: dict | None
     verdict: str = ""  # against the base (service/compare/verdicts.py), "" until judged
     over_budget: int = 0
+    reused_from: str = ""  # the job that ran it, for a result reused, not run (service/planning/)
 
     @property
     def badges(self) -> list[str]:
@@ -161,7 +162,8 @@ class ResultRow:
 def results_of(store: Store, job_id: str, attempt: int) -> list[ResultRow]:
     """Plain rows, not ORM objects: a job may have thousands of tests and the job page shows them all."""
     columns = (TestResult.nodeid, TestResult.outcome, TestResult.duration_s, TestResult.message,
-               TestResult.details, TestResult.metrics, TestResult.verdict, TestResult.over_budget)
+               TestResult.details, TestResult.metrics, TestResult.verdict, TestResult.over_budget,
+               TestResult.reused_from)
     with store.session() as s:
         rows = s.execute(select(*columns).where(TestResult.job_id == job_id, TestResult.attempt == attempt)
                          .order_by(TestResult.id))

@@ -118,5 +118,5 @@ def test_page(job_id: str, name: str, number: int | None = None) -> str:
                            history=history_url(run.repo_id, job.suite, queue_for(job.device, job.torch), nodeid),
                            repro_command=f"compile-ci repro {public_url.rstrip('/')}{job.base}/tests/{name}",
                            compare=f"{job.base}/tests/{name}/diff" if base_lookup.has_base(run) else "",
-                           classification=classification,
+                           classification=classification, reused_from=result.reused_from if result else "",
                            pygments_css=Markup(formatter.get_style_defs(".code")))

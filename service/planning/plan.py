@@ -48,7 +48,7 @@ class PlannedJob:
     timeout_s: int
     # Set when the job completes without running: the deployment has no runner for its device.
     skip_reason: str | None = None
-    torch: str = ""  # a version other than the deployment's default (service/jobs/torch_matrix.py)
+    torch: str = ""  # a version other than the deployment's default (service/planning/torch_matrix.py)
     advisory: bool = False  # that version is advisory: never red
 
     @property

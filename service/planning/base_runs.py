@@ -24,9 +24,7 @@ import tomllib
 from pathlib import Path
 
 from runners.checkout import Checkout
-from service.jobs.context import WorkerContext
-from service.jobs.install import InstallFailed
-from service.jobs.lifecycle import Gate, RunState
+from service.planning.worker import Planner
 from service.repo_config import CONFIG_FILE, DEVICES, ConfigProblem, RepoConfig, parse_repo_config
 from service.store import NewRun, Run
 
@@ -35,7 +33,7 @@ NULL_SHA = "0" * 40
 BASE_TRIGGER = "base"
 
 
-def link_base(ctx: WorkerContext, run: Run, config_text: str) -> str | None:
+def link_base(ctx: Planner, run: Run, config_text: str) -> str | None:
     """The run whose results serve as this pull request run's base (linked in the store), or None."""
     if run.trigger != "pull_request" or not run.base_sha or run.base_sha == NULL_SHA:
         return None
@@ -52,7 +50,7 @@ def link_base(ctx: WorkerContext, run: Run, config_text: str) -> str | None:
     return base.id
 
 
-def runner_builds(ctx: WorkerContext) -> list[str]:
+def runner_builds(ctx: Planner) -> list[str]:
     """The runner builds (image and torch) of every device: a base result is only valid for them."""
     return [ctx.runner.cache_key(device) for device in DEVICES]
 
@@ -69,9 +67,9 @@ def base_key(config_text: str, builds: list[str]) -> str:
     return hashlib.sha256("\0".join([material, *builds]).encode()).hexdigest()[:24]
 
 
-def _base_run(ctx: WorkerContext, run: Run, config_text: str) -> Run:
+def _base_run(ctx: Planner, run: Run, config_text: str) -> Run:
     key = base_key(config_text, runner_builds(ctx))
-    gate = Gate.TRUSTED if run.gate == Gate.TRUSTED else Gate.APPROVED
+    gate = "trusted" if run.gate == "trusted" else "approved"  # lifecycle.Gate: it may run, nothing more
     new = NewRun(repo_full_name=run.repo_full_name, repo_id=run.repo_id, installation_id=run.installation_id,
                  clone_url=run.clone_url, private=run.private, trigger=BASE_TRIGGER, trigger_ref=f"base/{key}",
                  pr_number=None, branch="", head_sha=run.base_sha or "", sender="", gate=gate,
@@ -81,26 +79,34 @@ def _base_run(ctx: WorkerContext, run: Run, config_text: str) -> Run:
     return base
 
 
+class UnknownInstall(Exception):
+    """The base commit's own config cannot be read, so what its base run installs is unknown (and a guess would be
+    no fact about the base): the job fails as an install failure (service/jobs/pipeline.py)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(lines[0] if lines else "")
+        self.lines = lines
+
+
 def job_config(checkout: Checkout, mirror: Path, run: Run, suites: tuple[str, ...]) -> RepoConfig | list[ConfigProblem]:
     """The config a run's jobs run with: its head's; for a base run, the head's that planned it (run.config_text) with
-    the base commit's own [install] section. Raises InstallFailed when the base commit's config cannot be read (what
-    it installs is then unknown, and a guess would be no fact about the base)."""
+    the base commit's own [install] section (UnknownInstall when that cannot be read)."""
     own_text = checkout.read_file(mirror, run.head_sha, CONFIG_FILE)
     if run.trigger != BASE_TRIGGER:
         return parse_repo_config(own_text, suites)
     config = parse_repo_config(run.config_text or None, suites)
     own = parse_repo_config(own_text, suites)
     if isinstance(own, list):
-        raise InstallFailed("config", [f"the base commit's {CONFIG_FILE} has problems, so what it installs is "
-                                       "unknown:", *(problem.render() for problem in own)])
+        raise UnknownInstall([f"the base commit's {CONFIG_FILE} has problems, so what it installs is unknown:",
+                              *(problem.render() for problem in own)])
     if isinstance(config, list):
         return config
     return dataclasses.replace(config, requirements=own.requirements, install_package=own.install_package)
 
 
-def plan_base(ctx: WorkerContext, run: Run) -> None:
+def plan_base(ctx: Planner, run: Run) -> None:
     """Ask for the planning of the pull request run's base run, if it still needs it: sent after the pull request's
     own jobs are queued, so an idle worker starts on them, not on the base (the reaper resends a lost message)."""
     base = ctx.store.get_run(run.base_run_id) if run.base_run_id else None
-    if base is not None and base.trigger == BASE_TRIGGER and base.state == RunState.PLANNING:
+    if base is not None and base.trigger == BASE_TRIGGER and base.state == "planning":  # lifecycle.RunState
         ctx.queue.plan_run(base.id)

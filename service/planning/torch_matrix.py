@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from runners.protocol import Runner
 from service.config import Settings
-from service.jobs.planning import MULTI_GPU_QUEUE, PlannedJob
+from service.planning.plan import MULTI_GPU_QUEUE, PlannedJob
 from service.repo_config import CONFIG_FILE, RepoConfig
 from service.store import Job, Run, job_id_for
 from service.store.rows import CANARY_TRIGGER
