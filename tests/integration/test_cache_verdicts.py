@@ -26,8 +26,8 @@ from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, push_event
 from service.devkit.sandbox.sample_repo import commit_file
 from service.devkit.sandbox.stack import INSTALLATION_ID
-from service.jobs.base_runs import NULL_SHA
 from service.jobs.tasks import create_worker_celery
+from service.planning.base_runs import NULL_SHA
 from service.store import Store, job_id_of_external
 from tests.integration.surface_repo import (
     BROKEN,
