@@ -36,10 +36,36 @@ def under(path: str, roots: Iterable[str]) -> bool:
 
 
 def interpreter_dirs() -> tuple[str, ...]:
+    """The interpreter's own directories, and those its site directories' path files add (a runner's venv over a
+    GPU host's CUDA torch reaches that torch, CUDA's libraries and triton so)."""
     paths = sysconfig.get_paths()
     roots = {paths.get(key, "") for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     roots |= {*site.getsitepackages(), sys.base_prefix, sys.prefix}
+    roots |= path_file_dirs({paths.get("purelib", ""), paths.get("platlib", ""), *site.getsitepackages()})
     return tuple(os.path.realpath(r) + os.sep for r in roots if r)
+
+
+def path_file_dirs(site_dirs: Iterable[str]) -> set[str]:
+    """The directories the `.pth` files of these site directories put on the path (their import lines aside)."""
+    found: set[str] = set()
+    for directory in site_dirs:
+        try:
+            names = sorted(n for n in os.listdir(directory) if n.endswith(".pth")) if directory else []
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as handle:
+                    lines = handle.read(65536).splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                line = line.strip()
+                if line and not line.startswith(("#", "import ", "import\t")):
+                    path = os.path.join(directory, line)
+                    if os.path.isdir(path):
+                        found.add(path)
+    return found
 
 
 def torch_location_problem(torch_dir: str, checkout: str) -> str:
@@ -49,6 +75,7 @@ def torch_location_problem(torch_dir: str, checkout: str) -> str:
         return f"torch is imported from the checkout ({torch_dir})"
     paths = sysconfig.get_paths()
     roots = {paths["purelib"], paths["platlib"], site.getusersitepackages(), *site.getsitepackages()}
+    roots |= path_file_dirs({paths["purelib"], paths["platlib"], *site.getsitepackages()})
     if not any(here.startswith(os.path.realpath(root) + os.sep) for root in roots if root):
         return f"torch is not the runner's own: imported from {torch_dir}"
     return ""
@@ -114,6 +141,8 @@ class NativeCode:
         if self._caches is not None:
             return self._caches
         dirs = list(self.cache_dirs)
+        # triton's own cache: its driver's launcher stubs (cuda_utils) are built and loaded from there.
+        dirs.append(os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache"))
         location = sys.modules.get("torch._inductor.runtime.cache_dir_utils")
         try:
             dirs += [location.cache_dir(), location.triton_cache_dir(0)] if location is not None else []

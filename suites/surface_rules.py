@@ -72,6 +72,11 @@ def unwrap_ours(value: Any) -> Any:
     return value
 
 
+# Names torch's C++ assigns on its Python modules at run time, which no bytecode shows: CUDA's (and XPU's) lazy
+# initialisation sets `torch.cuda.default_generators` (seen on an H100 host, torch 2.11).
+NATIVE_STORES = frozenset({"default_generators"})
+
+
 class Writes:
     """The names torch's own code assigns at run time: an index over the bytecode of every function of the snapshot
     and the functions nested in them, built when first asked (about a second, once per job: the first difference
@@ -79,7 +84,7 @@ class Writes:
 
     def __init__(self, functions: list[types.FunctionType]) -> None:
         self.functions = functions  # the snapshot's, growing as torch's modules are imported
-        self.names: set[str] = set()
+        self.names: set[str] = set(NATIVE_STORES)
         self._indexed = 0
 
     def written(self, name: str) -> bool:
@@ -137,13 +142,23 @@ def judge(difference: Difference, writes: Writes) -> bool:
 
 
 def _wraps(new: Any, old: Any) -> bool:
-    """Whether `new` is a function of torch's whose `__wrapped__` or closure holds `old`."""
+    """Whether `new` is a function of torch's whose `__wrapped__` or closure holds `old`, or a partial of such a
+    function given `old` (inductor's libdevice routing over TritonOverrides' methods, at the first CUDA kernel)."""
+    olds = {id(old)}
+    if isinstance(old, staticmethod | classmethod):
+        olds.add(id(old.__func__))
+    if isinstance(new, staticmethod | classmethod):
+        new = new.__func__
+    if isinstance(new, functools.partial):
+        func = new.func
+        return (type(func) is types.FunctionType and code_origin.is_torch(func.__code__.co_filename)
+                and any(id(value) in olds for value in (*new.args, *new.keywords.values())))
     for _ in range(4):
         if type(new) is not types.FunctionType or not code_origin.is_torch(new.__code__.co_filename):
             return False
         held = [new.__dict__.get("__wrapped__", MISSING)]
         held += [c.cell_contents for c in new.__closure__ or () if _filled(c)]
-        if any(h is old for h in held):
+        if any(id(h) in olds for h in held):
             return True
         inner = [h for h in held if type(h) is types.FunctionType]
         if len(inner) != 1:

@@ -1,0 +1,82 @@
+"""The compiler surface on a GPU host as it is laid out, where stock torch must still be no change (issue 38).
+
+Seen on an H100 host (torch 2.11, Python 3.12) and replayed here: the runner's venv reaches the host's CUDA torch
+through a path file (`.pth`) of its site directory, so torch, CUDA's libraries, triton and numpy are not in the
+interpreter's own directories; triton builds its launcher stubs in its own cache (~/.triton/cache); torch's C++ sets
+`torch.cuda.default_generators` at CUDA's initialisation; and inductor adds libdevice routers over
+TritonOverrides' methods when it makes its first Triton kernel. Each of those made stock torch a change (a key of
+its own in every job, the op sweep aimed at every op): none may be, and a real change must still be one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = '''
+import json, functools, sys
+from suites import compiler_surface as surface
+surface.install()
+import torch
+import torch._inductor.compile_fx
+seen = {"stock": surface.fingerprint(), "changes": [[c.place, c.kind] for c in surface.changes()]}
+f = torch.compile(lambda x: torch.sin(x) * 2)
+f(torch.randn(8))
+seen["compiled"] = surface.fingerprint()
+from torch._inductor.codegen.triton import TritonKernelOverrides
+TritonKernelOverrides._setup_libdevice_routing()  # what inductor does at its first Triton kernel
+import torch.cuda
+torch.cuda.default_generators = (torch.Generator(),)  # what CUDA's initialisation does from C++
+seen["routed"] = [[c.place, c.kind] for c in surface.changes()]
+import rebind
+seen["rebound"] = [[c.place, c.kind] for c in surface.changes()]
+print(json.dumps(seen))
+'''
+REBIND = '''import functools
+from torch._inductor.codegen import triton
+
+
+def router(x, _original_impl):
+    return _original_impl(x)
+
+
+# The repository's own router, added as torch's are: a change (its code is the repository's).
+triton.TritonKernelOverrides.exp = staticmethod(functools.partial(router, _original_impl=triton.TritonOverrides.exp))
+'''
+
+
+def run(python: str, tmp_path: Path, env: dict[str, str]) -> dict[str, object]:
+    (tmp_path / "pkg").mkdir(exist_ok=True)
+    (tmp_path / "pkg" / "rebind.py").write_text(REBIND)
+    env = {**os.environ, **env, "COMPILE_CI_CHECKOUT": str(tmp_path / "pkg")}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(tmp_path / "pkg"), *filter(None, [env.get("EXTRA_PATH")])])
+    done = subprocess.run([python, "-c", SCRIPT], capture_output=True, text=True, timeout=600, env=env,
+                          cwd=tmp_path / "pkg")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_runner_venv_over_the_hosts_torch_is_stock_and_a_change_is_still_one(tmp_path: Path) -> None:
+    venv = tmp_path / "runner-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    site_dir = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    hosts = sysconfig.get_paths()["purelib"]  # this interpreter's: torch, numpy, ... as the host's venv holds them
+    Path(site_dir, "host-torch.pth").write_text(f"# the host's CUDA torch\n{hosts}\n")
+    seen = run(python, tmp_path, {})
+    assert seen["stock"] == "" and seen["changes"] == [] and seen["compiled"] == "", seen
+    assert seen["routed"] == [], seen
+    assert seen["rebound"] == [["torch._inductor.codegen.triton.TritonKernelOverrides.exp", "added"]], seen
+
+
+def test_a_torch_put_on_the_path_by_the_environment_is_not_the_runners(tmp_path: Path) -> None:
+    # The same torch, reached through PYTHONPATH rather than the interpreter's own path files: not the runner's.
+    venv = tmp_path / "runner-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    seen = run(str(venv / "bin" / "python"), tmp_path, {"EXTRA_PATH": sysconfig.get_paths()["purelib"]})
+    assert ["torch", "torch files differ"] in seen["changes"] and seen["stock"], seen
