@@ -110,8 +110,38 @@ def mark_dynamic(tensor: torch.Tensor, *dims: int) -> None:
 # that replaces the torch function is seen.
 # ---------------------------------------------------------------------------------------------------------------------
 
-# The custom-pass hooks and their wrapper live in suites/custom_passes.py.
-from .custom_passes import CUSTOM_PASS_HOOKS, custom_graph_pass, is_custom_graph_pass  # noqa: E402, F401
+CUSTOM_PASS_HOOKS = (
+    "pre_grad_custom_pass",
+    "joint_custom_pre_pass",
+    "joint_custom_post_pass",
+    "post_grad_custom_pre_pass",
+    "post_grad_custom_post_pass",
+)
+
+
+def custom_graph_pass(fn: Callable[[torch.fx.Graph], None], uuid: Any) -> Any:
+    """Wrap ``fn(graph)`` as inductor's ``CustomGraphPass`` whose ``uuid()`` keys the FX graph cache (``None``
+    bypasses the cache, so the pass really runs on every compile)."""
+    base = _private("torch._inductor.custom_graph_pass", "CustomGraphPass")
+
+    class _FunctionPass(base):  # type: ignore[misc, valid-type]
+        def __call__(self, graph: torch.fx.Graph) -> None:
+            fn(graph)
+
+        def uuid(self) -> Any:
+            return uuid
+
+    _FunctionPass.__qualname__ = f"custom_graph_pass[{getattr(fn, '__name__', type(fn).__name__)}]"
+    return _FunctionPass()
+
+
+def is_custom_graph_pass(candidate: Any) -> bool:
+    """Whether ``candidate`` already implements inductor's ``CustomGraphPass`` (and so names its own uuid)."""
+    try:
+        base = importlib.import_module("torch._inductor.custom_graph_pass").CustomGraphPass
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(candidate, base)
 
 
 def pattern_matcher_pass() -> Any:

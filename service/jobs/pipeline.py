@@ -40,13 +40,15 @@ def run_job(ctx: WorkerContext, job_id: str) -> None:
     owner = owner_of(job_id)
     job = ctx.store.get_job(job_id)
     run = ctx.store.get_run(job.run_id) if job else None
-    if job is None or run is None or job.state == JobState.COMPLETED or run.state == "planning":
-        return  # planning: a job shown while its head could not be fetched is not planned yet
+    if job is None or run is None or job.state == JobState.COMPLETED:
+        return
     if ctx.store.is_uninstalled(run.repo_full_name):
         # Completed in the store (nothing to report: GitHub no longer lets us), so the reaper never revives it.
         log.info("run_job %s: %s is no longer installed; dropping the job", job_id, run.repo_full_name)
         lifecycle.drop(ctx.store, job_id, "The App was removed from this repository; job dropped.")
         return
+    if run.state == "planning":
+        return  # a job shown while its head could not be fetched is not planned yet
     if job.cancel_requested:
         lifecycle.cancel(ctx.store, job_id, job.detail or "Cancelled before it started.")
         ctx.queue.report_job(job_id)

@@ -107,8 +107,9 @@ def _decide(ctx: Planner, run: Run, job: Job, config: RepoConfig, mirror: Path, 
         return ReusePlan(affected.everything(f"the results reused before did not hold ({refuted})"))
     source_run = source_run_of(ctx.store, run)
     if source_run is None:
-        return ReusePlan(affected.Decision() if run.trigger == "canary" else
-                         affected.everything("there is no earlier job of this suite to reuse results from"))
+        said = ("this pull request has no base job to take results from" if run.trigger == "pull_request" else
+                "there is no earlier job of this suite to reuse results from")
+        return ReusePlan(affected.Decision() if run.trigger == "canary" else affected.everything(said))
     source_id = job_id_for(source_run.id, job.suite, job.device, job.torch)
     source = ctx.store.get_job(source_id)
     if source is None and source_run.state != "planning":

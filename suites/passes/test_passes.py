@@ -271,8 +271,7 @@ def test_declared_pass(
     user_pass = declared_pass.fn() if isinstance(declared_pass.fn, type) else declared_pass.fn
     observer = PassObserver(user_pass)
     # uuid None: compile afresh every time so the pass runs and its counters are real, whatever uuid it names.
-    hooked = harness.custom_graph_pass(observer, uuid=None, hook=declared_pass.hook)  # the bisector can turn it off
-    with harness.inductor_config(**{declared_pass.hook: hooked}):
+    with harness.inductor_config(**{declared_pass.hook: harness.custom_graph_pass(observer, uuid=None)}):
         try:
             _training_step_matches_eager(model_entry, device, subject)
         finally:

@@ -136,6 +136,7 @@ def _running_job(settings: Settings, tmp_path: Path, client: FlaskClient, state:
                                                        base_sha="b" * 40, **REPO))
     ctx = build_context(settings, create_celery(settings), suites_dir=tmp_path)
     (run,) = ctx.store.recent_runs()
+    force_run(ctx.store, run.id, state="planned")  # its jobs were planned (a planning run's are only shown)
     job_id = f"{run.id}-correctness-cpu"
     ctx.store.add_jobs_if_absent([Job(id=job_id, run_id=run.id, suite="correctness", device="cpu", timeout_s=3600,
                                       attempt=1 if state == "running" else 0, state=state, started_at=utcnow(),

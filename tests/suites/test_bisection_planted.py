@@ -41,7 +41,8 @@ def test_a_planted_table_entry_is_named_with_its_op_and_line(tmp_path: Path, pla
     stage = ("inductor", "lowerings") if suite == "ops" else ("aot_eager_decomp_partition", "decomposition")
     assert (found["backend"], found["subsystem"]) == stage and op in found["names"], found
     assert found["place"] == f"torch._inductor.{table}[{op}]", found
-    assert found["where"] == f"tests/suites/planted/{plant}.py:{line_of(PLANTED / f'{plant}.py', defined)}", found
+    line = line_of(PLANTED / f"{plant}.py", defined)
+    assert found["where"].endswith(f"tests/suites/planted/{plant}.py:{line}"), found
 
 
 @pytest.mark.parametrize(("plant", "test", "selection", "place", "defined"), [
@@ -94,7 +95,7 @@ def test_a_planted_batch_norm_decomposition_on_a_declared_model(tmp_path: Path) 
     assert (found["backend"], found["subsystem"]) == ("aot_eager_decomp_partition", "decomposition"), found
     line = line_of(PLANTED / "batch_norm_unbiased_variance.py", "def var_mean_bessel")
     assert found["place"] == "torch._inductor.decomposition.decompositions[aten.var_mean.correction]", found
-    assert found["where"] == f"tests/suites/planted/batch_norm_unbiased_variance.py:{line}", found
+    assert found["where"].endswith(f"tests/suites/planted/batch_norm_unbiased_variance.py:{line}"), found
 
 
 @pytest.mark.parametrize(("suite", "selection", "plant"), [

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from suites.adversarial import variants
 from suites.fragile_layers import LAYERS
 
 from .cpu_levels import LEVEL_ENV, LEVELS, CpuLevel, host_lacks
@@ -36,4 +37,5 @@ def test_the_bf16_corpus_is_green_at_each_cpu_level(level: CpuLevel, tmp_path: P
     assert run.returncode == 0, run.describe()
     assert f"cpu level {level.name}: inductor " in run.output, run.describe()  # the pin took effect
     assert WELL_SCALED_BF16 | {ATTENTION_ON_SUBNORMALS} <= run.named("passed"), run.describe()
-    assert len(run.outcomes) == len(LAYERS) * 5, run.describe()  # lowp and its four adversarial variants
+    lowp = [v for v in variants("cpu") if v.name.startswith("lowp")]  # lowp and its adversarial variants
+    assert len(run.outcomes) == len(LAYERS) * len(lowp), run.describe()
