@@ -66,7 +66,7 @@ def test_a_signal_stops_the_sandbox_and_every_process_it_started(tmp_path: Path,
                 with urllib.request.urlopen(url, timeout=10) as answer:  # where a maintainer is told to look
                     assert isinstance(json.loads(answer.read()), list), url
         sandbox.send_signal(sig)
-        rest, _ = sandbox.communicate(timeout=120)
+        rest, _ = sandbox.communicate(timeout=240)  # stopping a running job's compile on a loaded host
     finally:
         if sandbox.poll() is None:
             sandbox.kill()
