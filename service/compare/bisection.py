@@ -150,8 +150,17 @@ def _suspect_markdown(bisection: Bisection, at_base: bool | None) -> str:
         return f"red only with your compiler changes ({bisection.changes}: {shown}{more})"
     if bisection.suspect == "upstream":
         base = "" if at_base is None else ", failing at the base too" if at_base else ", new here"
-        return f"red on stock torch too (upstream{base})"
+        return f"red on stock torch too ({_stock_blame(bisection)}{base})"
     return ""
+
+
+# Wrong already under dynamo's `eager` backend: no compiler stage ran, so what differs is the model's own Python under
+# graph capture (state it keeps between calls, say) or dynamo itself, not "upstream" in the compiler.
+CAPTURE_ONLY = "under dynamo's capture alone: the model's Python or dynamo"
+
+
+def _stock_blame(bisection: Bisection) -> str:
+    return CAPTURE_ONLY if bisection.found and bisection.backend == "eager" else "upstream"
 
 
 def text(bisection: Bisection) -> str:
@@ -168,5 +177,5 @@ def text(bisection: Bisection) -> str:
         line += (f" · red only with your change to {bisection.place} ({bisection.where})" if bisection.place else
                  f" · red only with your compiler changes ({bisection.changes})")
     elif bisection.suspect == "upstream":
-        line += " · red on stock torch too (upstream)"
+        line += f" · red on stock torch too ({_stock_blame(bisection)})"
     return line

@@ -86,6 +86,16 @@ def test_upstream_says_whether_the_base_fails_it_too(tmp_path: Path, base_outcom
     assert f"red on stock torch too ({said})" in summary.visible
 
 
+def test_wrong_under_dynamos_capture_alone_is_not_called_upstream(tmp_path: Path) -> None:
+    # The sandbox's buggy model keeps a call counter in forward(): wrong from `eager`, where no compiler stage runs.
+    _left(tmp_path, {**FOUND, "backend": "eager", "subsystem": "", "number": None, "names": [], "place": "",
+                     "where": "", "suspect": {"verdict": "upstream", "count": 0}})
+    for page in _shown(tmp_path, "passed"):
+        assert "red on stock torch too (under dynamo's capture alone: the model's Python or dynamo" in page.visible, \
+            page.visible
+        assert "upstream" not in page.visible, page.visible
+
+
 def test_several_changes_are_named_without_picking_one(tmp_path: Path) -> None:
     changes = [{"place": f"torch._inductor.lowering.lowerings[aten.op{n}.default]", "where": f"pkg/ops.py:{n}"}
                for n in range(5)]
