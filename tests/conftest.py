@@ -15,6 +15,7 @@ import pytest
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.stack import APP_ID, app_keypair, free_port, wait_for_port
+from tests.schedule import longest_first
 
 # Sample repositories the suites test are data, not our tests: their tests are meant to fail and their conftest
 # installs a compiler change into the process that imports it.
@@ -191,8 +192,7 @@ def pytest_collection_modifyitems(items: list[Any]) -> None:
             item.add_marker(pytest.mark.heavy)
         if uses_docker(item):
             _DOCKER_MODULES.add(str(item.path))
-    # The slow end-to-end tests run last, so a quick failure elsewhere shows first.
-    items.sort(key=lambda item: item.get_closest_marker("e2e") is not None)
+    items[:] = longest_first(items, {str(item.path) for item in items if uses_docker(item)})
 
 
 def pytest_deselected(items: list[Any]) -> None:
