@@ -32,7 +32,7 @@ import hashlib
 import os
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,7 +86,7 @@ def install() -> None:
         surface_imports.after_import(module, surface_registrations.take_config)
     surface_imports.after_import("torch._inductor.pattern_matcher", surface_registrations.watch_registrations)
     surface_imports.after_import("torch._inductor.compile_fx", _wrap_compile_fx)
-    snapshot.take()
+    snapshot.take(_generated)
     for name, module in snapshot.modules.items():
         _state.files.check(name, module)
         _add_entries(name)
@@ -147,12 +147,17 @@ def _differences() -> list[Difference]:
     added = _state.snapshot.new_modules()
     _state.native.note(added)
     for name, module in _state.snapshot.unseen(added):
-        path = module.__dict__.get("__file__")
-        if isinstance(path, str) and surface_files.under(os.path.realpath(path), _state.native.caches()):
+        if _generated(module):
             _state.snapshot.ignored.add(name)  # inductor's generated code, loaded under a name of torch's
         else:  # put there by a finder ahead of ours, or by hand: taken late
             _loaded(name, module)
     return _state.snapshot.diff() + surface_registrations.config_changes()
+
+
+def _generated(module: types.ModuleType) -> bool:
+    assert _state is not None
+    path = module.__dict__.get("__file__")
+    return isinstance(path, str) and surface_files.under(os.path.realpath(path), _state.native.caches())
 
 
 def _judged() -> list[tuple[Difference, Change, str]]:
@@ -274,9 +279,7 @@ def _wrap_compile_fx(module: types.ModuleType) -> None:
     module.compile_fx = compile_fx
 
 
-def after_import(name: str, callback: Callable[[types.ModuleType], None]) -> None:
-    """Run `callback(module)` once `name` has been imported (now, if it already is), before the snapshot takes it."""
-    surface_imports.after_import(name, callback)
+after_import = surface_imports.after_import  # callback(module) once imported, before the snapshot takes it
 
 
 # The op sweep's view and the job's record, over the functions above.

@@ -184,10 +184,14 @@ class Snapshot:
     def facets(self) -> list[_Facet]:
         return [*self.guarded, self.kwdefaults, self.wrapped, self.cells]
 
-    def take(self) -> None:
+    def take(self, generated: Callable[[types.ModuleType], bool] = lambda module: False) -> None:
+        """`generated(module)`: inductor's kernel code loaded under a name of torch's by an earlier compile: out."""
         for name, module in list(sys.modules.items()):
             if in_space(name) and isinstance(module, types.ModuleType):
-                self.add_module(name, module)
+                if generated(module):
+                    self.ignored.add(name)
+                else:
+                    self.add_module(name, module)
         self._names.update(sys.modules.keys())
         self._modules_seen = len(sys.modules)
 
