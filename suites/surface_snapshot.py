@@ -220,15 +220,15 @@ class Snapshot:
             for attribute, value in list(own.items()):
                 if _is_class(value):
                     self._add_class(value)
-                self.add_callable(f"{place}.{attribute}", value)
+                self.add_callable(f"{place}.{attribute}", value, own.get("__qualname__", klass.__name__))
 
-    def add_callable(self, place: str, value: Any) -> None:
-        """Take the functions `value` holds (a namespace's value, a table's entry) with their facets and closures."""
+    def add_callable(self, place: str, value: Any, owner: str = "\0") -> None:
+        """The functions `value` holds, with facets and closures: torch's code, or made for torch's class `owner`."""
         for where, fn in _functions(place, value):
             if id(fn) in self._taken:
                 continue
             self._taken.add(id(fn))
-            if fn.__code__.co_filename.startswith(self.stock_dir):
+            if fn.__code__.co_filename.startswith(self.stock_dir) or fn.__qualname__.startswith(owner + "."):
                 self.functions.append(fn)
                 surface_watch.watch(fn)
                 for facet in self.guarded:
