@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,11 +25,12 @@ from pathlib import Path
 
 from celery.contrib.testing.worker import start_worker
 
+from bench.private_stack import private_stack
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, signed
 from service.devkit.sandbox.sample_repo import commit_file
-from service.devkit.sandbox.stack import APP_ID, INSTALLATION_ID, app_keypair, free_port, wait_for_port
+from service.devkit.sandbox.stack import APP_ID, INSTALLATION_ID
 from service.jobs.tasks import create_worker_celery
 from service.store import Store
 from service.web.app import create_app
@@ -97,49 +97,37 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=3)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="compile-ci-bench-base-"))
-    port = free_port()
-    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                              "--appendonly", "no", "--dir", str(root)], stdout=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, redis, "redis-server")
-        private_key, public_key = app_keypair()
-        with GitHubEmulator(app_id=APP_ID, public_key_pem=public_key) as emulator:
-            emulator.add_repo(FULL_NAME)
-            emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
-            settings = settings_for(root, f"redis://127.0.0.1:{port}/0", emulator.url, private_key)
-            repo = root / "repos" / FULL_NAME
-            repo.mkdir(parents=True)
-            subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-            base = commit_file(repo, "main", "README.md", "bench\n", "base")
-            run_only = f'[suites]\ndevices = ["cpu"]\nrun = ["{args.suite}"]\n'
-            without, with_base = run_only + "flaky_reruns = 0\n", run_only
-            app = create_worker_celery(settings, suites_dir=ROOT / "suites")
-            with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=60,
-                              queues=["cpu", "github"]):
-                bench = Bench(settings, emulator, repo)
-                warmup = bench.pull_request("main", without, "0" * 40)
-                print(f"warm-up (compile cache fills, not counted): {warmup:.1f} s", flush=True)
-                cold_head = bench.pull_request("main", with_base, base)
-                cold_base = bench.base_seconds()
-                print(f"cold: head {cold_head:.1f} s + base run {cold_base:.1f} s", flush=True)
-                pairs = []
-                for n in range(args.pairs):
-                    plain = bench.pull_request("main", without, "0" * 40)
-                    warm = bench.pull_request("main", with_base, base)
-                    pairs.append((plain, warm))
-                    print(f"pair {n + 1}: without {plain:.1f} s, with the base already run {warm:.1f} s, "
-                          f"ratio {warm / plain:.3f}", flush=True)
-                assert bench.base_seconds() == cold_base, "the base run ran again instead of being reused"
-            assert emulator.errors == [], emulator.errors
-        plain_sum, warm_sum = sum(p for p, _ in pairs), sum(w for _, w in pairs)
-        mean_plain = plain_sum / len(pairs)
-        print(f"warm: runner time with comparison ÷ without = {warm_sum / plain_sum:.3f} ({args.pairs} pairs)")
-        print(f"cold: (head + base run) ÷ without = {(cold_head + cold_base) / mean_plain:.3f}")
-        return 0
-    finally:
-        redis.terminate()
-        redis.wait(timeout=10)
-        shutil.rmtree(root, ignore_errors=True)
+    with private_stack(root, FULL_NAME, INSTALLATION_ID) as (redis_url, emulator, private_key):
+        settings = settings_for(root, redis_url, emulator.url, private_key)
+        repo = root / "repos" / FULL_NAME
+        repo.mkdir(parents=True)
+        subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+        base = commit_file(repo, "main", "README.md", "bench\n", "base")
+        run_only = f'[suites]\ndevices = ["cpu"]\nrun = ["{args.suite}"]\n'
+        without, with_base = run_only + "flaky_reruns = 0\n", run_only
+        app = create_worker_celery(settings, suites_dir=ROOT / "suites")
+        with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=60,
+                          queues=["cpu", "github"]):
+            bench = Bench(settings, emulator, repo)
+            warmup = bench.pull_request("main", without, "0" * 40)
+            print(f"warm-up (compile cache fills, not counted): {warmup:.1f} s", flush=True)
+            cold_head = bench.pull_request("main", with_base, base)
+            cold_base = bench.base_seconds()
+            print(f"cold: head {cold_head:.1f} s + base run {cold_base:.1f} s", flush=True)
+            pairs = []
+            for n in range(args.pairs):
+                plain = bench.pull_request("main", without, "0" * 40)
+                warm = bench.pull_request("main", with_base, base)
+                pairs.append((plain, warm))
+                print(f"pair {n + 1}: without {plain:.1f} s, with the base already run {warm:.1f} s, "
+                      f"ratio {warm / plain:.3f}", flush=True)
+            assert bench.base_seconds() == cold_base, "the base run ran again instead of being reused"
+        assert emulator.errors == [], emulator.errors
+    plain_sum, warm_sum = sum(p for p, _ in pairs), sum(w for _, w in pairs)
+    mean_plain = plain_sum / len(pairs)
+    print(f"warm: runner time with comparison ÷ without = {warm_sum / plain_sum:.3f} ({args.pairs} pairs)")
+    print(f"cold: (head + base run) ÷ without = {(cold_head + cold_base) / mean_plain:.3f}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -30,7 +30,6 @@ import argparse
 import dataclasses
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,11 +40,12 @@ from pathlib import Path
 from celery.contrib.testing.worker import start_worker
 
 from bench.base_compare import ROOT, settings_for
+from bench.private_stack import private_stack
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, push_event, signed
 from service.devkit.sandbox.sample_index import write_sample_index
 from service.devkit.sandbox.sample_repo import CONFIG, GOOD_MODEL, commit_file, create_sample_repo
-from service.devkit.sandbox.stack import APP_ID, INSTALLATION_ID, app_keypair, free_port, wait_for_port
+from service.devkit.sandbox.stack import INSTALLATION_ID
 from service.jobs.tasks import create_worker_celery
 from service.store import Store
 from service.web.app import create_app
@@ -207,51 +207,39 @@ def main() -> int:
     logging.getLogger("service").setLevel(logging.WARNING)  # the table, not every delivery
     suites = [s for s in (args.suites or ("correctness" if args.targets else "correctness,repo")).split(",") if s]
     root = Path(tempfile.mkdtemp(prefix="compile-ci-bench-pr-cost-"))
-    port = free_port()
-    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                              "--appendonly", "no", "--dir", str(root)], stdout=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, redis, "redis-server")
-        private_key, public_key = app_keypair()
-        with GitHubEmulator(app_id=APP_ID, public_key_pem=public_key) as emulator:
-            emulator.add_repo(FULL_NAME)
-            emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
-            index = write_sample_index(root / "index")
-            # One cpu slot, one job at a time (no shards), as the sandbox's worker; the job's interpreter keeps the
-            # path the install step gives it (the repository's dependencies) after this checkout's `suites`.
-            python = root / "job-python"
-            python.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} "$@"\n')
-            python.chmod(0o755)
-            settings = dataclasses.replace(settings_for(root, f"redis://127.0.0.1:{port}/0", emulator.url,
-                                                        private_key), pip_index_url=index,
-                                           devices=(args.device,), max_shards=1, runner_python=str(python))
-            sample = (targets_sample(root, args.targets, suites, args.device) if args.targets
-                      else sandbox_sample(root, suites, args.device))
-            base = subprocess.run(["git", "-C", str(sample.repo), "rev-parse", "main"], check=True,
-                                  capture_output=True, text=True).stdout.strip()
-            app = create_worker_celery(settings, suites_dir=ROOT / "suites")
-            queues = [args.device, "github"]
-            with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=120,
-                              queues=queues):
-                measure = Measure(settings, emulator, sample.repo)
-                print(f"{'sample':<16} {ROOT.name} at {_head(ROOT)}; suites {','.join(suites)} on {args.device}; "
-                      f"{os.cpu_count()} cpus", flush=True)
-                print(f"{'push (the base)':<16} {measure.push(base):7.1f} s wall  ({'; '.join(measure.titles)})",
-                      flush=True)
-                print(f"{'pull request':<16} {'tests run':>9} {'reused':>7} {'wall':>8} {'its jobs':>9} "
-                      f"{'base run':>9}", flush=True)
-                chosen = [n for n in args.only.split(",") if n] or list(pull_requests(sample))
-                for name, files in pull_requests(sample).items():
-                    if name in chosen:
-                        row = measure.pull_request(base, files)
-                        print(f"{name:<16} {row['run']:>9.0f} {row['reused']:>7.0f} {row['wall']:>6.1f} s "
-                              f"{row['jobs']:>7.1f} s {row['base']:>7.1f} s  ({'; '.join(measure.titles)})", flush=True)
-            assert emulator.errors == [], emulator.errors
-        return 0
-    finally:
-        redis.terminate()
-        redis.wait(timeout=10)
-        shutil.rmtree(root, ignore_errors=True)
+    with private_stack(root, FULL_NAME, INSTALLATION_ID) as (redis_url, emulator, private_key):
+        index = write_sample_index(root / "index")
+        # One cpu slot, one job at a time (no shards), as the sandbox's worker; the job's interpreter keeps the
+        # path the install step gives it (the repository's dependencies) after this checkout's `suites`.
+        python = root / "job-python"
+        python.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} "$@"\n')
+        python.chmod(0o755)
+        settings = dataclasses.replace(settings_for(root, redis_url, emulator.url,
+                                                    private_key), pip_index_url=index,
+                                       devices=(args.device,), max_shards=1, runner_python=str(python))
+        sample = (targets_sample(root, args.targets, suites, args.device) if args.targets
+                  else sandbox_sample(root, suites, args.device))
+        base = subprocess.run(["git", "-C", str(sample.repo), "rev-parse", "main"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+        app = create_worker_celery(settings, suites_dir=ROOT / "suites")
+        queues = [args.device, "github"]
+        with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=120,
+                          queues=queues):
+            measure = Measure(settings, emulator, sample.repo)
+            print(f"{'sample':<16} {ROOT.name} at {_head(ROOT)}; suites {','.join(suites)} on {args.device}; "
+                  f"{os.cpu_count()} cpus", flush=True)
+            print(f"{'push (the base)':<16} {measure.push(base):7.1f} s wall  ({'; '.join(measure.titles)})",
+                  flush=True)
+            print(f"{'pull request':<16} {'tests run':>9} {'reused':>7} {'wall':>8} {'its jobs':>9} "
+                  f"{'base run':>9}", flush=True)
+            chosen = [n for n in args.only.split(",") if n] or list(pull_requests(sample))
+            for name, files in pull_requests(sample).items():
+                if name in chosen:
+                    row = measure.pull_request(base, files)
+                    print(f"{name:<16} {row['run']:>9.0f} {row['reused']:>7.0f} {row['wall']:>6.1f} s "
+                          f"{row['jobs']:>7.1f} s {row['base']:>7.1f} s  ({'; '.join(measure.titles)})", flush=True)
+        assert emulator.errors == [], emulator.errors
+    return 0
 
 
 def _head(path: Path) -> str:

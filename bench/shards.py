@@ -50,13 +50,14 @@ from pathlib import Path
 from celery.contrib.testing.worker import start_worker
 
 from bench.base_compare import ROOT, settings_for
+from bench.private_stack import private_stack
 from bench.shard_repos import PATCH, Repository, declared_repository, stand_in_repository
 from service.celery_app import slots_by_queue
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, push_event, signed
 from service.devkit.sandbox.sample_repo import commit_file
-from service.devkit.sandbox.stack import APP_ID, INSTALLATION_ID, app_keypair, free_port, wait_for_port
+from service.devkit.sandbox.stack import INSTALLATION_ID
 from service.jobs.tasks import create_worker_celery
 from service.store import Job, Store
 from service.store.shards import shards_of
@@ -189,32 +190,19 @@ def main() -> int:
                                  "installed": args.installed, "runs": []}
     print(f"versions: {report['versions']}; suites {', '.join(suites)} on {args.device}", flush=True)
     root = Path(tempfile.mkdtemp(prefix="compile-ci-bench-shards-"))
-    port = free_port()
-    redis = subprocess.Popen([os.environ.get("COMPILE_CI_REDIS_SERVER", "redis-server"), "--port", str(port),
-                              "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(root)],
-                             stdout=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, redis, "redis-server")
-        private_key, public_key = app_keypair()
-        with GitHubEmulator(app_id=APP_ID, public_key_pem=public_key) as emulator:
-            emulator.add_repo(FULL_NAME)
-            emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
-            base = settings_for(root, f"redis://127.0.0.1:{port}/0", emulator.url, private_key)
-            settings = dataclasses.replace(base, shard_min_seconds=0, devices=(args.device,))
-            repo = root / "repos" / FULL_NAME
-            repo.mkdir(parents=True)
-            subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
-            for path, text in declared.files.items():
-                commit_file(repo, "main", path, text, f"add {path}")
-            commit_file(repo, "main", declared.patches, PATCH.format("v1"), "patches")
-            commit_file(repo, "main", ".compile-ci.toml", declared.config, "declare the zoo")
-            zoo = Zoo(settings, emulator, repo)
-            measure(args, zoo, settings, declared, report)
-            assert emulator.errors == [], emulator.errors
-    finally:
-        redis.terminate()
-        redis.wait(timeout=10)
-        shutil.rmtree(root, ignore_errors=True)
+    with private_stack(root, FULL_NAME, INSTALLATION_ID) as (redis_url, emulator, private_key):
+        base = settings_for(root, redis_url, emulator.url, private_key)
+        settings = dataclasses.replace(base, shard_min_seconds=0, devices=(args.device,))
+        repo = root / "repos" / FULL_NAME
+        repo.mkdir(parents=True)
+        subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+        for path, text in declared.files.items():
+            commit_file(repo, "main", path, text, f"add {path}")
+        commit_file(repo, "main", declared.patches, PATCH.format("v1"), "patches")
+        commit_file(repo, "main", ".compile-ci.toml", declared.config, "declare the zoo")
+        zoo = Zoo(settings, emulator, repo)
+        measure(args, zoo, settings, declared, report)
+        assert emulator.errors == [], emulator.errors
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "shards.json").write_text(json.dumps(report, indent=2, default=str))
