@@ -5,10 +5,11 @@ The question is the test's own compiled-vs-eager judgement, by the suites' own r
 the ops sweep's ``comparison.difference``, and ``torch.testing.assert_close`` where a test compares compiled and eager
 exactly (the autograd suite's mutation checks). They are watched, not copied: each is wrapped where the suites call it
 (its module, and every module that imported it by name), and the wrapper calls it and notes whether it found a
-difference. A run is *wrong* when a judgement found one and the test failed, *right* when its judgements found none
-or the test did not fail (an expected upstream failure of the sweep), and *unjudged* when the test failed before any
-judgement (under a backend it was not written for, a check of its own can fail first): a bisection never counts that
-as either.
+difference (what a preliminary judgement finds, ``judging.preliminary``, made only to decide whether to measure the
+rounding noise, is not counted: the judgement after the measurement decides; that it judged is). A run is *wrong*
+when a judgement found one and the test failed, *right* when its judgements found none or the test did not fail (an
+expected upstream failure of the sweep), and *unjudged* when the test failed before any judgement (under a backend it
+was not written for, a check of its own can fail first): a bisection never counts that as either.
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ def _watched(judgement: Callable[..., Any], differs: Callable[[Any], bool]) -> C
 
 
 def _note(differed: bool) -> None:
+    judging = sys.modules.get("suites.judging")
+    if judging is not None and judging.is_preliminary():
+        differed = False  # a judgement, but its difference only asks for the noise: the judgement after it decides
     for seen in _watching:
         seen.calls += 1
         seen.differed += differed

@@ -23,7 +23,7 @@ import pytest
 from torch import nn
 
 from .batch_statistics import NO_NOISE, Noise, measure_noise
-from .judging import RULE, differences_from_reference, fail_on_differences
+from .judging import RULE, differences_from_reference, fail_on_differences, preliminary
 from .module_runs import ModuleRun, fp64_step
 from .naming import sanitise_nodeid
 from .rounding_noise import module_nearby
@@ -137,7 +137,8 @@ def judge_step(
     step run again with every rounding drawn (rounding_noise.py), for a model that normalises with batch statistics
     with those layers' float32 error drawn (batch_statistics.py), and eager's own error on nudged inputs; the step is
     then judged again."""
-    problems, noise = _differences(compiled, eager, fp64, backward, NO_NOISE), NO_NOISE
+    with preliminary():  # a difference here only says the noise is worth measuring
+        problems, noise = _differences(compiled, eager, fp64, backward, NO_NOISE), NO_NOISE
     if problems:
         noise = measure_noise(pristine, inputs, fp64, backward=backward)
         problems = _differences(compiled, eager, fp64, backward, noise, fp64_step(pristine, inputs, backward=backward),

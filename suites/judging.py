@@ -7,6 +7,7 @@ Public torch APIs only; private ones live in ``harness.py``.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -143,6 +144,24 @@ def differences_from_reference(
 
 def _larger(a: torch.Tensor | None, b: torch.Tensor | None) -> torch.Tensor | None:
     return b if a is None else a if b is None else torch.maximum(a, b.to(a.dtype))
+
+
+_preliminary = contextvars.ContextVar("compile_ci_preliminary_judgement", default=False)
+
+
+@contextlib.contextmanager
+def preliminary() -> Iterator[None]:
+    """Judgements made only to decide whether to measure more (the rounding noise): what they find is no verdict
+    (a bisection's question, bisect_probe.py, ignores them; the judgement made after measuring decides)."""
+    token = _preliminary.set(True)
+    try:
+        yield
+    finally:
+        _preliminary.reset(token)
+
+
+def is_preliminary() -> bool:
+    return _preliminary.get()
 
 
 def fail_on_differences(problems: list[str], notes: tuple[str, ...] = ()) -> None:

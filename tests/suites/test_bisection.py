@@ -126,6 +126,9 @@ from suites.judging import assert_close_to_reference
 import torch
 
 RUNS = [0]
+# Once at import: the test's own run then takes its sleep and milliseconds, not torch's first calls (seconds on a
+# busy host, which would count against the budget's start check).
+assert_close_to_reference(torch.ones(3), torch.ones(3), torch.ones(3, dtype=torch.float64))
 
 def test_it():
     RUNS[0] += 1
@@ -262,11 +265,6 @@ def add_to_sub(graph):
 '''
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap (2026-11-28, torch 2.13): torch does turn the declared post-grad pass off with post_grad_passes (the "
-    "pass is not called in that run), yet the in-process re-run is still judged wrong there, so the bisector ends "
-    "at `inductor` with no subsystem; run alone with TORCH_BISECT_SUBSYSTEM=post_grad_passes the same test's "
-    "judgement passes. Not found yet: what carries the pass's graph into that re-run"))
 def test_a_declared_pass_is_named_on_its_hook_with_its_line(tmp_path: Path) -> None:
     # The passes suite installs the repository's declared pass inside the test, so it is no change to torch's
     # compiler outside it: the hook torch's bisector names is the pass's, and the test names the pass.
