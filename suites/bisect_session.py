@@ -191,6 +191,9 @@ def one_line(result: dict[str, Any]) -> str:
         parts.append(f"red only with your changes ({suspect.get('count')})")
     elif suspect.get("verdict") == "upstream":
         parts.append("red on stock torch too")
+    elif suspect.get("verdict") == "inseparable" and suspect.get("changes"):
+        parts.append(f"stock torch not tried: your change to {suspect['changes'][0].get('place')} cannot be taken "
+                     "out in-process")
     return " · ".join(parts)
 
 

@@ -3,7 +3,9 @@
 ``compiler_surface.changes()`` lists what the repository changed in torch's compiler packages (the compiler
 fingerprint's baseline against what runs now), ``compiler_surface.restored()`` puts torch's own objects back for its
 duration. Right with them back: "red only with your change to <place> (file:line)". Still wrong: "red on stock torch
-too" (upstream; whether the base fails it too is the service's to say). A run that cannot judge says so.
+too" (upstream; whether the base fails it too is the service's to say), unless some change could not be taken out
+in-process (an entry of torch's pattern passes changed in place, torch's files, native code): then stock torch was not
+tried, and the pair says so, naming that change ("inseparable"), never "upstream". A run that cannot judge says so.
 """
 
 from __future__ import annotations
@@ -17,14 +19,14 @@ import pytest
 from suites import compiler_surface
 from suites.bisect_probe import RIGHT, WRONG, Replay
 
-YOURS, UPSTREAM, UNKNOWN = "yours", "upstream", "unknown"
+YOURS, UPSTREAM, UNKNOWN, INSEPARABLE = "yours", "upstream", "unknown", "inseparable"
 MAX_LISTED = 5
 MAX_LOGGED = 50
 
 
 @dataclass(frozen=True)
 class Suspect:
-    verdict: str  # YOURS | UPSTREAM | UNKNOWN
+    verdict: str  # YOURS | UPSTREAM | UNKNOWN | INSEPARABLE
     count: int  # the repository's changes to torch's compiler the fingerprint saw
     changes: tuple[tuple[str, str], ...] = ()  # (place, file:line) of the first MAX_LISTED
     said: str = ""
@@ -49,7 +51,7 @@ def suspect(item: pytest.Item, replay: Callable[[pytest.Item], Replay],
     listed = tuple((str(c.place), str(c.where)) for c in changes[:MAX_LISTED])
     if not changes:
         return Suspect(UPSTREAM, 0, said="red on stock torch: the repository changes nothing in torch's compiler"), None
-    with compiler_surface.restored():
+    with compiler_surface.restored() as kept:
         run = replay(item)
     count = len(changes)
     removed = f"{count} change{'s' if count != 1 else ''} of the repository's to torch's compiler"
@@ -57,6 +59,13 @@ def suspect(item: pytest.Item, replay: Callable[[pytest.Item], Replay],
         return Suspect(UNKNOWN, count, listed, f"with the {removed} taken out the test compiled nothing"), run
     if run.outcome == RIGHT:
         return Suspect(YOURS, count, listed, f"right with the {removed} taken out"), run
+    if run.outcome == WRONG and kept:
+        # Not stock torch: what could not be taken out ran too. Those changes first, so the first listed is one.
+        first = tuple((str(c.place), str(c.where)) for c in kept)
+        listed = (first + tuple(pair for pair in listed if pair not in first))[:MAX_LISTED]
+        said = (f"still wrong with {count - len(kept)} of the {removed} taken out; {len(kept)} cannot be taken out "
+                f"in-process ({kept[0].place}), so stock torch was not tried")
+        return Suspect(INSEPARABLE, count, listed, said[:300]), run
     if run.outcome == WRONG:
         said = f"still wrong with the {removed} taken out: red on stock torch too"
         return Suspect(UPSTREAM, count, listed, said), run

@@ -187,13 +187,16 @@ def changes() -> list[Change]:
 
 
 def _other_changes() -> list[Change]:
-    """Pattern registrations, torch's files, native code: changes that are not a place of the snapshot."""
+    """Pattern registrations and entries changed in place, torch's files, native code: changes that are not a place
+    of the snapshot."""
     assert _state is not None, "install() first"
     found = []
     checkout = os.environ.get("COMPILE_CI_CHECKOUT", "")
     for kind, path, digest in surface_registrations.registrations():
         where = code_origin.where_file(path, checkout)
         found.append(Change(surface_registrations.registration_place(kind), "added", where, frozenset({digest})))
+    for place, where, code in surface_registrations.pattern_entry_changes():
+        found.append(Change(place, "rebound", code_origin.where_file(where, checkout), surface_rules.sources([code])))
     if _state.location:
         found.append(Change("torch", "torch files differ", _state.location, frozenset()))
     for name, problem in sorted(_state.files.problems.items()):

@@ -2,6 +2,11 @@
 
 - A pattern registration (`register_replacement`, `register_graph_pattern`, `register_lowering_pattern`) keeps
   traced graphs in a pass object, not the code that made them: who called it from outside torch is recorded.
+- An entry of one of torch's pattern passes changed in place (its handler, extra check or argument normaliser
+  wrapped or replaced, or the entry itself swapped for an object of a class from outside torch): every pass object
+  a module of inductor holds (an attribute, or a list of them) is read at each look, its entries' code judged by
+  where it comes from. torch registers many of its own lazily (after the snapshot), so an entry's presence says
+  nothing; code from outside torch in it does.
 - Inductor's and functorch's config are objects whose values are not module attributes; a callable or a pass object
   (anything with `uuid()`) set there from outside torch is a change (plain settings are in torch's own cache key).
 """
@@ -49,6 +54,60 @@ def registration_place(kind: str) -> str:
 def registrations() -> list[tuple[str, str, str]]:
     """(kind, file, digest) of each pattern registration from outside torch, by file content."""
     return [(kind, where, key.rsplit(" ", 1)[-1]) for key, (kind, where) in sorted(_registrations.items())]
+
+
+_passes: tuple[int, list[tuple[str, Any]]] = (-1, [])  # (modules loaded when read, [(place, pass object)])
+_ENTRY_PARTS = ("handler", "extra_check", "normalize_args")
+
+
+def pattern_entry_changes() -> list[tuple[str, str, Any]]:
+    """(place, file:line, the foreign code) of each entry of torch's pattern passes holding code from outside torch."""
+    matcher = sys.modules.get(PATTERN_PLACE)
+    kind = getattr(matcher, "PatternMatcherPass", None)
+    found: dict[str, tuple[str, Any]] = {}
+    for name, patterns in _pattern_passes(kind) if isinstance(kind, type) else ():
+        for key, entries in list(getattr(patterns, "patterns", {}).items()):
+            for entry in list(entries):
+                for part in (type(entry), *(getattr(entry, attr, None) for attr in _ENTRY_PARTS)):
+                    where = _where(part) if part is not None else ""
+                    if where:
+                        target = key[-1] if isinstance(key, tuple) and key else key
+                        found.setdefault(f"{name}.patterns[{target}]", (where, part))
+    return [(place, where, part) for place, (where, part) in sorted(found.items())]
+
+
+_judged_parts: dict[int, tuple[Any, str]] = {}  # id -> (the part, kept so its id is not reused; its file:line or '')
+
+
+def _where(part: Any) -> str:
+    """`file:line` of a part's code when it is not torch's, judged once per object: an entry's class by its module's
+    file (a dataclass's generated methods have none), a callable by its code."""
+    known = _judged_parts.get(id(part))
+    if known is None:
+        if isinstance(part, type):
+            path = getattr(sys.modules.get(part.__module__), "__file__", None) or ""
+            where = code_origin.where(part) if path and not code_origin.is_stock(path) else ""
+        else:
+            where = code_origin.where(part)
+        known = _judged_parts[id(part)] = (part, where)
+    return known[1]
+
+
+def _pattern_passes(kind: type) -> list[tuple[str, Any]]:
+    """Every pattern pass object a loaded module of inductor holds, read again only when modules were loaded."""
+    global _passes
+    if _passes[0] != len(sys.modules):
+        found: dict[int, tuple[str, Any]] = {}
+        for module_name, module in list(sys.modules.items()):
+            if not module_name.startswith("torch._inductor") or not isinstance(module, types.ModuleType):
+                continue
+            for attr, value in list(vars(module).items()):
+                listed = type(value) in (list, tuple)
+                for index, item in enumerate(value if listed else (value,)):
+                    if isinstance(item, kind):
+                        found.setdefault(id(item), (f"{module_name}.{attr}" + (f"[{index}]" if listed else ""), item))
+        _passes = (len(sys.modules), list(found.values()))
+    return _passes[1]
 
 
 def take_config(module: types.ModuleType) -> None:

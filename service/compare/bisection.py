@@ -23,7 +23,7 @@ MAX_LOG_SHOWN = 256 * 1024
 STATUS_WORDS = {"found": "", "flaky": "bisection flaky", "budget": "not bisected in time",
                 "unbisectable": "not bisectable", "inconclusive": "bisection inconclusive",
                 "unavailable": "no bisector in this torch"}
-SUSPECTS = ("yours", "upstream", "unknown")
+SUSPECTS = ("yours", "upstream", "unknown", "inseparable")
 _NAME = re.compile(r"[A-Za-z0-9_]{1,64}")  # a backend or a subsystem of torch's bisector
 _WHERE = re.compile(r"[^\s:`]{1,300}:[0-9]{1,7}")  # file:line of the repository's code
 _REPLAY = re.compile(r"(TORCH_BISECT_[A-Z]{1,10}=[A-Za-z0-9_-]{1,64} ?){1,3}")
@@ -38,7 +38,7 @@ class Bisection:
     number: int | None = None  # the application of the subsystem (0-based, as torch counts)
     names: tuple[str, ...] = ()  # what torch names there: a pass, an FX node, an op
     reason: str = ""
-    suspect: str = ""  # yours | upstream | unknown | "" (not asked)
+    suspect: str = ""  # yours | upstream | unknown | inseparable | "" (not asked)
     changes: int = 0  # the repository's changes to torch's compiler the job saw
     listed: tuple[tuple[str, str], ...] = ()  # (place, file:line) of the first few
     place: str = ""  # the one change it points at, and where the repository made it
@@ -151,6 +151,10 @@ def _suspect_markdown(bisection: Bisection, at_base: bool | None) -> str:
     if bisection.suspect == "upstream":
         base = "" if at_base is None else ", failing at the base too" if at_base else ", new here"
         return f"red on stock torch too ({_stock_blame(bisection)}{base})"
+    if bisection.suspect == "inseparable" and bisection.listed:
+        place, where = bisection.listed[0]
+        shown = f"{code_span(place, limit=200)}" + (f" ({code_span(where)})" if where else "")
+        return f"stock torch not tried: your change to {shown} cannot be taken out in-process"
     return ""
 
 
@@ -178,4 +182,8 @@ def text(bisection: Bisection) -> str:
                  f" · red only with your compiler changes ({bisection.changes})")
     elif bisection.suspect == "upstream":
         line += f" · red on stock torch too ({_stock_blame(bisection)})"
+    elif bisection.suspect == "inseparable" and bisection.listed:
+        place, where = bisection.listed[0]
+        line += f" · stock torch not tried: your change to {place}" + (f" ({where})" if where else "") + \
+            " cannot be taken out in-process"
     return line

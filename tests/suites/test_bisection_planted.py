@@ -68,14 +68,20 @@ def test_a_planted_replacement_inside_inductor_is_inductors_and_the_repositorys(
 
 
 def test_a_planted_freezing_fold_is_inductors(tmp_path: Path) -> None:
-    # Freezing runs inside inductor, and no subsystem of the bisector's covers its folding patterns: the stage.
-    # The plant wraps handlers on pattern objects inside torch's pass, which the fingerprint's baseline does not
-    # hold, so the suspect pair cannot see it (docs/suites.md says so); only the stage is asserted.
+    # Freezing runs inside inductor, and no subsystem of the bisector's covers its folding patterns: the stage. The
+    # plant wraps the handlers of entries torch registered in its folding pass: the fingerprint sees them, restored()
+    # cannot undo them, so the pair names one (the plant's wrapper) and says stock torch was not tried.
     test = "freezing/test_freezing_folding.py::test_conv_bn_folded_matches_eager[module_bn]"
     bisected = bisect_suite("freezing", "test_conv_bn_folded_matches_eager and module_bn and not two", tmp_path,
                             "conv_bn_wrong_scale", seconds=900, timeout=1800)
     found = bisected.result(test)
     assert found is not None and (found["status"], found["backend"]) == ("found", "inductor"), bisected.describe()
+    suspect = found["suspect"]
+    assert suspect["verdict"] == "inseparable", found
+    first = suspect["changes"][0]
+    line = line_of(PLANTED / "conv_bn_wrong_scale.py", "def fold_with_wrong_scale")
+    assert first["place"].startswith("torch._inductor.fx_passes.freezing_patterns.binary_folding_pass.patterns["), found
+    assert first["where"].endswith(f"tests/suites/planted/conv_bn_wrong_scale.py:{line}"), found
 
 
 def test_a_planted_batch_norm_decomposition_on_a_declared_model(tmp_path: Path) -> None:

@@ -96,6 +96,18 @@ def test_wrong_under_dynamos_capture_alone_is_not_called_upstream(tmp_path: Path
         assert "upstream" not in page.visible, page.visible
 
 
+def test_a_change_that_could_not_be_taken_out_is_named_and_stock_torch_is_not_claimed(tmp_path: Path) -> None:
+    # The planted conv_bn_wrong_scale: freezing's folding handlers wrapped in place, which restored() cannot undo.
+    entry = "torch._inductor.fx_passes.freezing_patterns.binary_folding_pass.patterns[aten.mul.Tensor]"
+    _left(tmp_path, {**FOUND, "subsystem": "", "number": None, "names": [], "place": "", "where": "",
+                     "suspect": {"verdict": "inseparable", "count": 4,
+                                 "changes": [{"place": entry, "where": "stack/folding.py:25"}]}})
+    for page in _shown(tmp_path, "passed"):
+        assert (f"wrong from inductor · stock torch not tried: your change to {entry} (stack/folding.py:25) cannot be "
+                "taken out in-process") in page.visible, page.visible
+        assert "stock torch too" not in page.visible and "upstream" not in page.visible, page.visible
+
+
 def test_several_changes_are_named_without_picking_one(tmp_path: Path) -> None:
     changes = [{"place": f"torch._inductor.lowering.lowerings[aten.op{n}.default]", "where": f"pkg/ops.py:{n}"}
                for n in range(5)]
