@@ -96,7 +96,9 @@ def run_suite(
         pytest.fail(f"suite {suite!r} did not finish within {timeout} s: {exc}")
     output = proc.stdout + proc.stderr
     if not junit.exists():
-        pytest.fail(f"suite {suite!r} wrote no JUnit XML (exit code {proc.returncode}):\n{output[-4000:]}")
+        # A crash's innermost frames are where faulthandler starts writing to stderr: keep that start.
+        pytest.fail(f"suite {suite!r} wrote no JUnit XML (exit code {proc.returncode}):\n{proc.stdout[-2000:]}\n"
+                    f"--- its stderr, from the start ---\n{proc.stderr[:5000]}")
     outcomes, messages = _outcomes(junit)
     properties = {
         case.get("name", ""): {p.get("name", ""): p.get("value", "") for p in case.iter("property")}

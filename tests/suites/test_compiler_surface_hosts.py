@@ -13,10 +13,14 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
+import torch
+
 REPO = Path(__file__).resolve().parents[2]
+# The site directory torch was imported from: the interpreter's own here; on a GPU host whose runner venv reaches the
+# host's torch through a path file, that host venv's (not this interpreter's purelib).
+TORCH_SITE = os.path.dirname(os.path.dirname(torch.__file__))
 SCRIPT = '''
 import json, functools, sys
 from suites import compiler_surface as surface
@@ -66,7 +70,7 @@ def test_a_runner_venv_over_the_hosts_torch_is_stock_and_a_change_is_still_one(t
     python = str(venv / "bin" / "python")
     site_dir = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               capture_output=True, text=True, check=True).stdout.strip()
-    hosts = sysconfig.get_paths()["purelib"]  # this interpreter's: torch, numpy, ... as the host's venv holds them
+    hosts = TORCH_SITE  # torch, numpy, ... as the host's venv holds them
     Path(site_dir, "host-torch.pth").write_text(f"# the host's CUDA torch\n{hosts}\n")
     seen = run(python, tmp_path, {})
     assert seen["stock"] == "" and seen["changes"] == [] and seen["compiled"] == "", seen
@@ -78,7 +82,7 @@ def test_a_torch_put_on_the_path_by_the_environment_is_not_the_runners(tmp_path:
     # The same torch, reached through PYTHONPATH rather than the interpreter's own path files: not the runner's.
     venv = tmp_path / "runner-venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    seen = run(str(venv / "bin" / "python"), tmp_path, {"EXTRA_PATH": sysconfig.get_paths()["purelib"]})
+    seen = run(str(venv / "bin" / "python"), tmp_path, {"EXTRA_PATH": TORCH_SITE})
     assert ["torch", "torch files differ"] in seen["changes"] and seen["stock"], seen
 
 
