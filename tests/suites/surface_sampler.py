@@ -15,17 +15,20 @@ from collections.abc import Callable
 from typing import Any
 
 from suites import compiler_surface as surface
+from suites import surface_registrations
 from suites.ops import aim
 
 PACKAGES = ("torch._dynamo", "torch._inductor", "torch._functorch", "torch._decomp", "torch._prims", "torch._refs",
             "torch.fx", "torch._higher_order_ops", "torch._subclasses", "torch.export")
 IMPORTS = (*PACKAGES, "torch._inductor.compile_fx", "torch._inductor.lowering", "torch._inductor.codegen.cpp",
            "torch._inductor.scheduler", "torch._functorch.aot_autograd", "torch._subclasses.fake_tensor",
-           "torch._dynamo.variables", "torch.fx.passes.shape_prop")
+           "torch._dynamo.variables", "torch.fx.passes.shape_prop", "torch._inductor.fx_passes.post_grad",
+           "torch._inductor.fx_passes.joint_graph", "torch._inductor.fx_passes.freezing_patterns")
 KINDS = ("module function", "method", "staticmethod", "classmethod", "property", "class attribute", "code swap",
-         "decorator", "class replaced", "module replaced", "defaults", "kwdefaults", "closure cell")
+         "decorator", "class replaced", "module replaced", "defaults", "kwdefaults", "closure cell", "pattern entry")
 REPOSITORY_CODE = {"module function", "method", "staticmethod", "classmethod", "property", "code swap", "decorator",
-                   "class replaced", "closure cell"}
+                   "class replaced", "closure cell", "pattern entry"}
+CANNOT_BE_UNDONE = {"pattern entry"}  # restored() names it among what it could not take out
 PLAIN = (bool, int, str, float)
 
 
@@ -125,6 +128,19 @@ def candidates(repo: types.ModuleType, writes: Any) -> dict[str, list[Candidate]
             add("closure cell", package, place, (lambda c=cell, h=held: setattr(c, "cell_contents", repo.wrap(h)),
                                                  lambda c=cell, h=held: setattr(c, "cell_contents", h),
                                                  lambda c=cell, h=held: c.cell_contents is h))
+    from torch._inductor.pattern_matcher import PatternMatcherPass
+
+    for pass_place, patterns in surface_registrations._pattern_passes(PatternMatcherPass):
+        for key, entries in list(patterns.patterns.items()):
+            target = key[-1] if isinstance(key, tuple) and key else key
+            for entry in entries:
+                for attribute in ("handler", "extra_check"):
+                    held = getattr(entry, attribute, None)
+                    if type(held) is types.FunctionType:
+                        add("pattern entry", "torch._inductor", f"{pass_place}.patterns[{target}]",
+                            (lambda e=entry, a=attribute, h=held: setattr(e, a, repo.wrap(h)),
+                             lambda e=entry, a=attribute, h=held: setattr(e, a, h),
+                             lambda e=entry, a=attribute, h=held: getattr(e, a) is h))
     return found
 
 
@@ -149,8 +165,11 @@ def check(kind: str, candidate: Candidate, baseline: aim.Baseline) -> dict[str, 
         aimed = aim.decide(baseline, {})
         if not (aimed.everything and aimed.changed_everything):
             problems.append(f"the sweep is not aimed at every op: {aimed.reasons[:3]}")
-        with surface.restored():
-            if surface.fingerprint() or not candidate.holds_torch():
+        with surface.restored() as kept:
+            if kind in CANNOT_BE_UNDONE:
+                if candidate.place not in [c.place for c in kept]:
+                    problems.append(f"restored() did not name it among what it cannot undo: {kept[:3]}")
+            elif surface.fingerprint() or not candidate.holds_torch():
                 problems.append("restored() did not put torch's own object back")
         if candidate.holds_torch() or surface.fingerprint() != key:
             problems.append("restored() did not put the repository's change back")
@@ -168,7 +187,9 @@ def main() -> None:
     surface.install()  # before the compiler packages and the repository's module, as in a job
     baseline = aim.Baseline.take()
     for name in IMPORTS:
-        importlib.import_module(name)
+        module = importlib.import_module(name)
+        if hasattr(module, "lazy_init") and "fx_passes" in name:
+            module.lazy_init()  # torch's own pattern registrations, after the snapshot as in a job: no change
     repo = importlib.import_module("repository_patches")
     stock = surface.fingerprint()
     found = candidates(repo, surface._state.writes)

@@ -5,9 +5,11 @@ installed before the compiler packages are imported; then places are picked at r
 (seeded: COMPILE_CI_SURFACE_SEED, printed; COMPILE_CI_SURFACE_SAMPLES of them, at least 40), one kind of change at
 a time — a module function, a method, a staticmethod, a classmethod, a property, a class attribute, a `__code__`
 swap, a wrapping decorator, a class replaced in its module, a module replaced in `sys.modules`, defaults,
-keyword defaults, a closure cell. For each: the fingerprint is no longer empty, `changes()` names the place (and the
-repository's file where its code is the repository's), the op sweep aims at every op, `restored()` puts torch's own
-object back for its body and the repository's after; and once the change is undone, the fingerprint is empty again.
+keyword defaults, a closure cell, the handler or extra check of an entry of one of torch's pattern passes (after
+torch's own lazy registrations, which change nothing). For each: the fingerprint is no longer empty, `changes()` names
+the place (and the repository's file where its code is the repository's), the op sweep aims at every op, `restored()`
+puts torch's own object back for its body (a pattern entry: names it among what it cannot undo) and the repository's
+after; and once the change is undone, the fingerprint is empty again.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 KINDS = ("module function", "method", "staticmethod", "classmethod", "property", "class attribute", "code swap",
-         "decorator", "class replaced", "module replaced", "defaults", "kwdefaults", "closure cell")
+         "decorator", "class replaced", "module replaced", "defaults", "kwdefaults", "closure cell", "pattern entry")
 PATCHES = '''
 import functools, types
 
