@@ -67,12 +67,14 @@ def pattern_entry_changes() -> list[tuple[str, str, Any]]:
     found: dict[str, tuple[str, Any]] = {}
     for name, patterns in _pattern_passes(kind) if isinstance(kind, type) else ():
         for key, entries in list(getattr(patterns, "patterns", {}).items()):
-            for entry in list(entries):
-                for part in (type(entry), *(getattr(entry, attr, None) for attr in _ENTRY_PARTS)):
+            target = key[-1] if isinstance(key, tuple) and key else key
+            for index, entry in enumerate(list(entries)):
+                # One place per entry and part: two entries of one op changed alike are two changes, two keys.
+                spot = f"{name}.patterns[{target}][{index}]"
+                for attr, part in (("", type(entry)), *((f".{a}", getattr(entry, a, None)) for a in _ENTRY_PARTS)):
                     where = _where(part) if part is not None else ""
                     if where:
-                        target = key[-1] if isinstance(key, tuple) and key else key
-                        found.setdefault(f"{name}.patterns[{target}]", (where, part))
+                        found.setdefault(spot + attr, (where, part))
     return [(place, where, part) for place, (where, part) in sorted(found.items())]
 
 

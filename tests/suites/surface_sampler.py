@@ -60,6 +60,16 @@ def swap(owner: Any, name: str, value: Any, module: bool, made: Callable[[], Any
     return (lambda: put(make())), (lambda: put(original)), (lambda: vars(owner)[name] is original)
 
 
+def torchs(held: Any, cls: type, torch_dir: str) -> bool:
+    """Whether a class member is torch's compiler: data, or a function whose code is torch's or was made for this
+    class (a NamedTuple's methods). Python's own functions a class of torch's merely holds are not (the surface's
+    scope, docs/security.md)."""
+    fn = held.__func__ if type(held) in (staticmethod, classmethod) else held.fget if type(held) is property else held
+    if type(fn) is not types.FunctionType:
+        return True
+    return fn.__code__.co_filename.startswith(torch_dir) or fn.__qualname__.startswith(cls.__qualname__ + ".")
+
+
 def candidates(repo: types.ModuleType, writes: Any) -> dict[str, list[Candidate]]:
     found: dict[str, list[Candidate]] = {kind: [] for kind in KINDS}
     snapshot = surface._state.snapshot
@@ -108,8 +118,8 @@ def candidates(repo: types.ModuleType, writes: Any) -> dict[str, list[Candidate]
                 for member, held in list(vars(value).items()):
                     spot = f"{name}.{value.__qualname__}.{member}"
                     kind = type(held)
-                    if member.startswith("__"):
-                        continue
+                    if member.startswith("__") or not torchs(held, value, torch_dir):
+                        continue  # e.g. an Enum's _generate_next_value_: Python's own function, every Enum's
                     if kind is types.FunctionType:
                         add("method", package, spot, swap(value, member, repo.plain(held), False))
                         facets(package, spot, held)
@@ -133,11 +143,11 @@ def candidates(repo: types.ModuleType, writes: Any) -> dict[str, list[Candidate]
     for pass_place, patterns in surface_registrations._pattern_passes(PatternMatcherPass):
         for key, entries in list(patterns.patterns.items()):
             target = key[-1] if isinstance(key, tuple) and key else key
-            for entry in entries:
+            for index, entry in enumerate(entries):
                 for attribute in ("handler", "extra_check"):
                     held = getattr(entry, attribute, None)
                     if type(held) is types.FunctionType:
-                        add("pattern entry", "torch._inductor", f"{pass_place}.patterns[{target}]",
+                        add("pattern entry", "torch._inductor", f"{pass_place}.patterns[{target}][{index}].{attribute}",
                             (lambda e=entry, a=attribute, h=held: setattr(e, a, repo.wrap(h)),
                              lambda e=entry, a=attribute, h=held: setattr(e, a, h),
                              lambda e=entry, a=attribute, h=held: getattr(e, a) is h))

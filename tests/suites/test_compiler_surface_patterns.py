@@ -52,7 +52,7 @@ for outcome in (WRONG, RIGHT):
     seen[outcome] = found.as_json()
 print(json.dumps(seen))
 '''
-PLACE = "torch._inductor.fx_passes.freezing_patterns.binary_folding_pass.patterns[aten.mul.Tensor]"
+PLACE = "torch._inductor.fx_passes.freezing_patterns.binary_folding_pass.patterns[aten.mul.Tensor][0].handler"
 
 
 def run(tmp_path: Path, suffix: str) -> dict:
@@ -72,8 +72,9 @@ def test_a_handler_wrapped_in_place_is_a_change_that_cannot_be_taken_out(tmp_pat
     changes = {place: (kind, where) for place, kind, where in seen["changes"]}
     line = next(n for n, text in enumerate(WRAP.splitlines(), 1) if "def fold(" in text)
     assert changes.get(PLACE) == ("rebound", f"wrap.py:{line}"), sorted(changes.items())
-    assert {place.rsplit("[", 1)[-1] for place in changes} == {"aten.add.Tensor]", "aten.sub.Tensor]",
-                                                                 "aten.mul.Tensor]", "aten.div.Tensor]"}, changes
+    ops = {place.split(".patterns[", 1)[1].split("]", 1)[0] for place in changes}
+    assert ops == {"aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", "aten.div.Tensor"}, changes
+    assert all(place.endswith(".handler") for place in changes), changes  # each entry's handler, one place each
     assert seen["key"] and PLACE in seen["kept"], seen
     wrong, right = seen["wrong"], seen["right"]
     assert wrong["verdict"] == "inseparable" and wrong["changes"][0]["place"] in seen["kept"], wrong
