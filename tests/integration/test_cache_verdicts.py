@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from celery.contrib.testing.worker import start_worker
+from kombu.asynchronous import get_event_loop, set_event_loop
 
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
@@ -84,10 +85,18 @@ def docker_worker(settings: Settings, tmp_path: Path, emulator: GitHubEmulator) 
     # its head job, starts only once that finished, so the poisoning order is the one replayed, not left to a race.
     github, cpu = (create_worker_celery(settings, suites_dir=tmp_path / "suites") for _ in range(2))
     with start_worker(github, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=60,
-                      queues=["github"], hostname="github@cache-verdicts"), \
-            start_worker(cpu, pool="threads", concurrency=1, perform_ping_check=False, shutdown_timeout=60,
-                         queues=["cpu"], hostname="cpu@cache-verdicts"):
-        yield settings
+                      queues=["github"], hostname="github@cache-verdicts"):
+        # Celery gives a worker the process's current kombu event loop: a second worker in this process would share
+        # the first's, two threads reading one poller, and a reply read by the wrong one stops a worker ("too many
+        # values to unpack" in kombu's BRPOP, seen under load). The cpu worker gets a loop of its own.
+        shared = get_event_loop()
+        set_event_loop(None)
+        try:
+            with start_worker(cpu, pool="threads", concurrency=1, perform_ping_check=False, shutdown_timeout=60,
+                              queues=["cpu"], hostname="cpu@cache-verdicts"):
+                yield settings
+        finally:
+            set_event_loop(shared)
 
 
 def _push(settings: Settings, before: str, after: str) -> None:
