@@ -140,13 +140,15 @@ def candidates(repo: types.ModuleType, writes: Any) -> dict[str, list[Candidate]
                                                  lambda c=cell, h=held: c.cell_contents is h))
     from torch._inductor.pattern_matcher import PatternMatcherPass
 
+    taken: set[tuple[int, str]] = set()  # one entry object can be listed under several ops (every overload of one)
     for pass_place, patterns in surface_registrations._pattern_passes(PatternMatcherPass):
         for key, entries in list(patterns.patterns.items()):
             target = key[-1] if isinstance(key, tuple) and key else key
             for index, entry in enumerate(entries):
                 for attribute in ("handler", "extra_check"):
                     held = getattr(entry, attribute, None)
-                    if type(held) is types.FunctionType:
+                    if type(held) is types.FunctionType and (id(entry), attribute) not in taken:
+                        taken.add((id(entry), attribute))
                         add("pattern entry", "torch._inductor", f"{pass_place}.patterns[{target}][{index}].{attribute}",
                             (lambda e=entry, a=attribute, h=held: setattr(e, a, repo.wrap(h)),
                              lambda e=entry, a=attribute, h=held: setattr(e, a, h),
