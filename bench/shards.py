@@ -3,8 +3,9 @@ affect saves.
 
 The repository: declared models in one module each (zoo/<name>.py, real architectures from compile-ci's own corpus,
 suites/correctness/breadth_models.py, as a stand-in for a zoo of torchvision/timm/transformers classes), and
-zoo/patches.py, which a compiler patch would live in. Through a private Redis, the GitHub emulator, embedded Celery
-worker (W threads for the cpu queue's shards, one for reports) and LocalRunner, with the built-in suite:
+zoo/patches.py, which a compiler patch would live in. Through a private Redis, the GitHub emulator, two embedded
+Celery workers (W threads for the device queue's jobs and shards, two for planning and reports, each worker with
+its own event loop) and LocalRunner, with the built-in suite:
 
 1. an unmeasured push that fills the trusted compile cache and records each test's duration;
 2. for W in --workers: a push of a new commit on W cpu worker slots (COMPILE_CI_MAX_SHARDS=W, no minimum seconds
@@ -54,6 +55,7 @@ from bench.private_stack import private_stack
 from bench.shard_repos import PATCH, Repository, declared_repository, stand_in_repository
 from service.celery_app import slots_by_queue
 from service.config import Settings
+from service.devkit.embedded_workers import own_loop_worker
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, push_event, signed
 from service.devkit.sandbox.sample_repo import commit_file
@@ -110,13 +112,17 @@ class Zoo:
 
 @contextlib.contextmanager
 def worker(settings: Settings, shards: int, queue: str) -> Iterator[Settings]:
-    """One worker for both queues, with a thread per shard and one for reports: COMPILE_CI_MAX_SHARDS keeps the
-    reports' thread out of the split. (Two embedded workers in one process do not survive one of them stopping.)"""
+    """`shards` slots: a worker of that many threads for the device's queue, and one of its own for planning and
+    reports (the github queue), each with its own event loop (service/devkit/embedded_workers.py), so a slot is a
+    slot: no report thread takes a suite's job (before 2026-11-28 one worker held both, and "one slot" ran up to two
+    jobs at once)."""
     sized = dataclasses.replace(settings, max_shards=shards)
-    app = create_worker_celery(sized, suites_dir=ROOT / "suites")
-    with start_worker(app, pool="threads", concurrency=shards + 1, perform_ping_check=False, shutdown_timeout=120,
-                      queues=[queue, "github"], hostname=f"bench-{uuid.uuid4().hex[:8]}@bench"):
-        while slots_by_queue(app, timeout=2.0).get(queue, 0) < shards + 1:
+    reports, device = (create_worker_celery(sized, suites_dir=ROOT / "suites") for _ in range(2))
+    with start_worker(reports, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=120,
+                      queues=["github"], hostname=f"bench-github-{uuid.uuid4().hex[:8]}@bench"), \
+            own_loop_worker(device, pool="threads", concurrency=shards, perform_ping_check=False,
+                            shutdown_timeout=120, queues=[queue], hostname=f"bench-{uuid.uuid4().hex[:8]}@bench"):
+        while slots_by_queue(device, timeout=2.0).get(queue, 0) < shards:
             time.sleep(0.2)
         yield sized
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 from celery.contrib.testing.worker import start_worker
-from kombu.asynchronous import get_event_loop, set_event_loop
 
 from service.config import Settings
+from service.devkit.embedded_workers import own_loop_worker
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, push_event
 from service.devkit.sandbox.sample_repo import commit_file
@@ -86,17 +86,10 @@ def docker_worker(settings: Settings, tmp_path: Path, emulator: GitHubEmulator) 
     github, cpu = (create_worker_celery(settings, suites_dir=tmp_path / "suites") for _ in range(2))
     with start_worker(github, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=60,
                       queues=["github"], hostname="github@cache-verdicts"):
-        # Celery gives a worker the process's current kombu event loop: a second worker in this process would share
-        # the first's, two threads reading one poller, and a reply read by the wrong one stops a worker ("too many
-        # values to unpack" in kombu's BRPOP, seen under load). The cpu worker gets a loop of its own.
-        shared = get_event_loop()
-        set_event_loop(None)
-        try:
-            with start_worker(cpu, pool="threads", concurrency=1, perform_ping_check=False, shutdown_timeout=60,
-                              queues=["cpu"], hostname="cpu@cache-verdicts"):
-                yield settings
-        finally:
-            set_event_loop(shared)
+        # A second worker in this process: an event loop of its own (service/devkit/embedded_workers.py says why).
+        with own_loop_worker(cpu, pool="threads", concurrency=1, perform_ping_check=False, shutdown_timeout=60,
+                             queues=["cpu"], hostname="cpu@cache-verdicts"):
+            yield settings
 
 
 def _push(settings: Settings, before: str, after: str) -> None:
