@@ -2,8 +2,9 @@
 
 Celery gives a worker the process's current kombu event loop (`kombu.asynchronous.get_event_loop`) and creates one
 only when there is none, so a second embedded worker shares the first's: two threads then read one poller, a reply
-is read by the wrong one (kombu's BRPOP: "too many values to unpack"), and that worker stops; when either stops, it
-closes the loop under the other. A production worker is a process of its own and never meets this."""
+is read by the wrong one (kombu's BRPOP: "too many values to unpack"), and that worker stops. Start and stop such
+workers together: stopping one ends the others too (celery.worker.state is the process's). A production worker is a
+process of its own and meets none of this."""
 
 from __future__ import annotations
 
