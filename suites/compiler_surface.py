@@ -13,9 +13,10 @@ a patch would be served the kernels its default branch compiled (a false green).
   torch's own run-time state (surface_rules.py says how that is told) is the repository's change (`changes()`):
   hashed, with the content of the files its code comes from (code_origin.py), into
   `torch.compiler.config.cache_key_tag` (`compile-ci-surface-<hash>`, after the repository's own tag). A repository
-  that changes nothing keeps the untagged key and every hit. Also counted: pattern registrations and passes in
-  inductor's config from outside torch (surface_registrations.py), torch files that differ from the runner's, and
-  native code the repository loaded (surface_files.py): then every compile gets a tag of its own (no hit at all).
+  that changes nothing keeps the untagged key and every hit. Also counted: pattern registrations, entries of
+  torch's pattern passes changed in place and passes in inductor's config from outside torch
+  (surface_registrations.py), torch files that differ from the runner's, and native code the repository loaded
+  (surface_files.py): then every compile gets a tag of its own (no hit at all).
 
 Interfaces: `install()`, `installed()`, `fingerprint() -> str` ('' when nothing changed), `refresh_tag()`,
 `changes() -> list[Change]`, `restored()` (a context manager: torch's own objects back in every changed place for
@@ -187,16 +188,10 @@ def changes() -> list[Change]:
 
 
 def _other_changes() -> list[Change]:
-    """Pattern registrations and entries changed in place, torch's files, native code: changes that are not a place
-    of the snapshot."""
+    """Pattern registrations and entries changed in place, torch's files, native code: no place of the snapshot."""
     assert _state is not None, "install() first"
-    found = []
     checkout = os.environ.get("COMPILE_CI_CHECKOUT", "")
-    for kind, path, digest in surface_registrations.registrations():
-        where = code_origin.where_file(path, checkout)
-        found.append(Change(surface_registrations.registration_place(kind), "added", where, frozenset({digest})))
-    for place, where, code in surface_registrations.pattern_entry_changes():
-        found.append(Change(place, "rebound", code_origin.where_file(where, checkout), surface_rules.sources([code])))
+    found = surface_registrations.registration_changes(checkout)
     if _state.location:
         found.append(Change("torch", "torch files differ", _state.location, frozenset()))
     for name, problem in sorted(_state.files.problems.items()):

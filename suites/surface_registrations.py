@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from suites import code_origin
-from suites.surface_place import Difference
+from suites.surface_place import Change, Difference
 
 CONFIG_MODULES = ("torch._inductor.config", "torch._functorch.config")
 PATTERN_PLACE = "torch._inductor.pattern_matcher"
@@ -49,6 +49,16 @@ def registration_place(kind: str) -> str:
     """A registration's place: the call that made it (`torch._inductor.pattern_matcher.register_replacement()`),
     never a place of a namespace."""
     return f"{PATTERN_PLACE}.{kind}()"
+
+
+def registration_changes(checkout: str) -> list[Change]:
+    """Each pattern registration from outside torch, and each entry of torch's pattern passes changed in place."""
+    found = [Change(registration_place(kind), "added", code_origin.where_file(path, checkout), frozenset({digest}))
+             for kind, path, digest in registrations()]
+    for place, where, part in pattern_entry_changes():
+        sources = frozenset(digest for digest in code_origin.origin(part).split(",") if digest)
+        found.append(Change(place, "rebound", code_origin.where_file(where, checkout), sources))
+    return found
 
 
 def registrations() -> list[tuple[str, str, str]]:

@@ -9,13 +9,10 @@ stock torch was not tried ("inseparable"), never "red on stock torch too"."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from .test_compiler_surface_places import run_package
+
 WRAP = '''
 from torch._inductor.fx_passes import freezing_patterns
 
@@ -56,14 +53,7 @@ PLACE = "torch._inductor.fx_passes.freezing_patterns.binary_folding_pass.pattern
 
 
 def run(tmp_path: Path, suffix: str) -> dict:
-    package = tmp_path / f"v{len(suffix)}"
-    package.mkdir(exist_ok=True)
-    (package / "wrap.py").write_text(WRAP.format(suffix=suffix))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(package)]), "COMPILE_CI_CHECKOUT": str(package)}
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env,
-                          cwd=package)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_package(tmp_path / f"v{len(suffix)}", {"wrap.py": WRAP.format(suffix=suffix)}, SCRIPT)
 
 
 def test_a_handler_wrapped_in_place_is_a_change_that_cannot_be_taken_out(tmp_path: Path) -> None:

@@ -107,15 +107,21 @@ PLACES = {
 }
 
 
-def run(tmp_path: Path, suffix: str) -> dict[str, object]:
-    package = tmp_path / f"v{len(suffix)}"
+def run_package(package: Path, files: dict[str, str], script: str) -> dict:
+    """`script` in a fresh interpreter, with `package` (holding `files`) as the repository's checkout on its path:
+    the JSON of its last line."""
     package.mkdir(exist_ok=True)
-    (package / "rebinds.py").write_text(REBINDS.format(suffix=suffix))
+    for name, text in files.items():
+        (package / name).write_text(text)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(package)]), "COMPILE_CI_CHECKOUT": str(package)}
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=300, env=env,
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env,
                           cwd=package)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run(tmp_path: Path, suffix: str) -> dict:
+    return run_package(tmp_path / f"v{len(suffix)}", {"rebinds.py": REBINDS.format(suffix=suffix)}, SCRIPT)
 
 
 def test_places_the_list_of_known_places_missed_are_changes_and_restored_puts_torch_back(tmp_path: Path) -> None:
