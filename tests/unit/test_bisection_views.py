@@ -138,6 +138,11 @@ def test_a_forged_bisection_with_mentions_backticks_and_html_is_inert(tmp_path: 
     _left(tmp_path, {**forged, "status": "flaky", "suspect": {"verdict": "yours", "count": 2,
                                                               "changes": [{"place": text, "where": ""}] * 2}})
     _shown(tmp_path)
+    # the pair's "cannot be taken out" line names a place the job wrote too
+    _left(tmp_path, {**forged, "place": "", "suspect": {"verdict": "inseparable", "count": 1,
+                                                        "changes": [{"place": text, "where": "pkg/x.py:3"}]}})
+    for page in _shown(tmp_path):
+        assert "stock torch not tried" in page.visible or not text.strip(), page.visible
 
 
 @pytest.mark.parametrize("forged", [
