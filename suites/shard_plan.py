@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import statistics
 import zlib
 from collections.abc import Mapping, Sequence
@@ -20,19 +21,50 @@ SELECTION_FILE = "selection.json"
 NO_HISTORY_S = 1.0  # the weight of every test when none has a recorded duration: a split by count
 
 
-def split(nodeids: Sequence[str], durations: Mapping[str, float], count: int) -> list[int]:
+def split(nodeids: Sequence[str], durations: Mapping[str, float], count: int,
+          groups: Sequence[str] | None = None) -> list[int]:
     """The shard of each test: longest first onto the least loaded shard (ties: the lower index). A test without a
-    recorded duration weighs the median recorded one, so without any history the split is by count."""
+    recorded duration weighs the median recorded one, so without any history the split is by count.
+
+    ``groups``: what each test compiles ("" for nothing known, e.g. its model): the tests of one group go to one
+    shard together, so that shard compiles the group's graphs once and the others not at all. A group heavier than a
+    shard's fair share (the total over ``count``) is cut into as many pieces as it needs to fit, each piece placed
+    like a group."""
     known = [durations[n] for n in nodeids if n in durations]
     default = statistics.median(known) if known else NO_HISTORY_S
     weight = [max(0.0, float(durations.get(n, default))) for n in nodeids]
-    loads = [0.0] * max(1, count)
+    count = max(1, count)
+    fair = sum(weight) / count
+    units: dict[str, list[int]] = {}
+    for i, nodeid in enumerate(nodeids):
+        key = groups[i] if groups is not None and groups[i] else "\0" + nodeid  # no group: the test alone
+        units.setdefault(key, []).append(i)
+    pieces: list[list[int]] = []
+    for members in units.values():
+        total = sum(weight[i] for i in members)
+        cuts = max(1, min(len(members), math.ceil(total / fair - 1e-9))) if fair > 0 else 1
+        pieces.extend(_longest_first(members, weight, cuts, key=lambda i: nodeids[i]))
+    loads = [0.0] * count
     shard_of = [0] * len(nodeids)
-    for i in sorted(range(len(nodeids)), key=lambda i: (-weight[i], nodeids[i])):
-        chosen = min(range(len(loads)), key=lambda k: (loads[k], k))
-        shard_of[i] = chosen
-        loads[chosen] += weight[i]
+    ordered = sorted(pieces, key=lambda piece: (-sum(weight[i] for i in piece), min(nodeids[i] for i in piece)))
+    for piece in ordered:
+        chosen = min(range(count), key=lambda k: (loads[k], k))
+        for i in piece:
+            shard_of[i] = chosen
+        loads[chosen] += sum(weight[i] for i in piece)
     return shard_of
+
+
+def _longest_first(members: list[int], weight: Sequence[float], bins: int, key: Any) -> list[list[int]]:
+    """``members`` in ``bins`` pieces, each the heaviest first onto the lightest (deterministic: ties by ``key``)."""
+    if bins == 1:
+        return [members]
+    loads, pieces = [0.0] * bins, [[] for _ in range(bins)]  # type: list[float], list[list[int]]
+    for i in sorted(members, key=lambda i: (-weight[i], key(i))):
+        chosen = min(range(bins), key=lambda k: (loads[k], k))
+        pieces[chosen].append(i)
+        loads[chosen] += weight[i]
+    return [piece for piece in pieces if piece]
 
 
 def encode_plan(plan: Mapping[str, Any]) -> str:

@@ -36,6 +36,29 @@ def target_specs(item: pytest.Item) -> set[str] | None:
     return specs or {CORPUS_GROUP}
 
 
+# The parameters through which the built-in corpus names the model a test compiles (suites/correctness: `name`,
+# suites/distributed: `corpus_model`).
+CORPUS_MODEL_PARAMETERS = ("name", "corpus_model")
+
+
+def model_key(item: pytest.Item) -> str:
+    """What a test compiles, where the suites can tell: the declared models it exercises (each by its spec and name)
+    or the built-in model a corpus test names; "" when nothing says. The split keeps the tests of one model in one
+    shard (suites/shard_plan.py), so a model's graphs are compiled once per job, not once per shard."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return ""
+    keys: set[str] = set()
+    for parameter, value in callspec.params.items():
+        for part in value if isinstance(value, tuple) else (value,):
+            spec, name = getattr(part, "spec", None), getattr(part, "name", None)
+            if isinstance(spec, str):
+                keys.add(f"{spec}#{name}" if isinstance(name, str) else spec)
+            elif parameter in CORPUS_MODEL_PARAMETERS and isinstance(part, str):
+                keys.add(f"{item.path.parent.name}#{part}")
+    return "|".join(sorted(keys))
+
+
 class Selection:
     def __init__(self, output_dir: Path, plan: dict[str, Any] | None, not_affected: frozenset[str]) -> None:
         self.output_dir, self.plan, self.not_affected = output_dir, plan, not_affected
@@ -54,7 +77,7 @@ class Selection:
         if self.plan is not None:
             index, count = int(self.plan.get("index", 0)), int(self.plan.get("count", 1))
             durations = self.plan.get("durations") or {}
-            shard_of = split([item.nodeid for item in kept], durations, count)
+            shard_of = split([item.nodeid for item in kept], durations, count, [model_key(item) for item in kept])
             mine = [item for item, shard in zip(kept, shard_of, strict=True) if shard == index]
         chosen = set(map(id, mine))
         dropped = [item for item in items if id(item) not in chosen]

@@ -84,7 +84,9 @@ def test_shards_run_every_test_once_and_leave_out_what_the_change_cannot_affect(
     resnet = ["test_declared_model[resnet]", "test_adversarial_declared_model[resnet-bf16]",
               "test_adversarial_declared_model[resnet-fp32]"]
     assert sorted(ran) == sorted(n for n in whole if n not in resnet) and all(code == 0 for code, _n, _o in parts)
-    assert "test_corpus[0]" in parts[0][1]  # the longest first, onto the first shard
+    # The heaviest first onto the first shard: vit's model (its three tests, 70 s), then test_corpus[0] (30 s).
+    assert {"test_declared_model[vit]", "test_adversarial_declared_model[vit-bf16]"} <= set(parts[0][1])
+    assert "test_corpus[0]" in parts[1][1]
     assert "test_unloadable[broken]" in ran  # a target that failed to load always runs: its failure must show
     selections = [read_selection(out) for _code, _names, out in parts]
     assert all(s.found and s.count == 2 for s in selections)
@@ -108,3 +110,16 @@ def test_the_built_in_corpus_is_a_group_of_its_own_and_a_target_that_failed_to_l
     assert sorted(n.split("::")[1] for n in left) == sorted(
         [*(f"test_corpus[{i}]" for i in range(6)), "test_declared_model[vit]",
          "test_adversarial_declared_model[vit-bf16]", "test_adversarial_declared_model[vit-fp32]"])
+
+
+def test_the_tests_of_one_model_run_in_one_shard(suite: Path) -> None:
+    # Without history the split is by count, and one model's three tests would fall on both shards (each compiling
+    # that model's graphs cold); grouped by model, each model's tests run together.
+    parts = [run_pytest(suite, f"model{k}", shard_env(k, 2, {})) for k in range(2)]
+    shard_of = {name: k for k, (_code, names, _out) in enumerate(parts) for name in names}
+    assert all(code == 0 for code, _n, _o in parts) and len(shard_of) == 13
+    for model in ("resnet", "vit"):
+        mine = [f"test_declared_model[{model}]", f"test_adversarial_declared_model[{model}-bf16]",
+                f"test_adversarial_declared_model[{model}-fp32]"]
+        assert len({shard_of[name] for name in mine}) == 1, (model, shard_of)
+    assert {shard_of["test_declared_model[resnet]"], shard_of["test_declared_model[vit]"]} == {0, 1}

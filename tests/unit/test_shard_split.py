@@ -118,3 +118,36 @@ def test_the_plan_fits_an_environment_variable_keeping_the_longest_durations() -
     encoded = shard_env(3, 8, kept)[SHARD_ENV]
     assert len(encoded) <= MAX_PLAN_ENV
     assert decode_plan(encoded) == {"index": 3, "count": 8, "durations": kept}
+
+
+def test_one_models_tests_share_a_shard_and_the_shards_stay_fair() -> None:
+    nodeids = [f"test_{kind}[{model}]" for model in ("gpt2", "resnet", "vit") for kind in ("a", "b", "c")] + \
+        [f"test_plain_{i}" for i in range(3)]
+    groups = [f"zoo:examples#{n.split('[')[1][:-1]}" if "[" in n else "" for n in nodeids]
+    durations = dict.fromkeys(nodeids, 2.0)  # 24 s in all: 8 s a shard
+    shards = split(nodeids, durations, 3, groups)
+    by_model = {g: {s for s, h in zip(shards, groups, strict=True) if h == g} for g in set(groups) - {""}}
+    assert all(len(found) == 1 for found in by_model.values()), by_model
+    assert sorted(shards.count(k) for k in range(3)) == [4, 4, 4]
+
+
+def test_a_model_heavier_than_a_shards_share_is_cut_as_little_as_it_needs() -> None:
+    nodeids = [f"test_big_{i}" for i in range(6)] + ["test_small_0", "test_small_1"]
+    groups = ["big"] * 6 + ["small"] * 2
+    durations = {**{f"test_big_{i}": 10.0 for i in range(6)}, "test_small_0": 5.0, "test_small_1": 5.0}
+    shards = split(nodeids, durations, 3, groups)  # 70 s: 23.3 s a shard; the big model's 60 s in 3 pieces
+    loads = [sum(durations[n] for n, s in zip(nodeids, shards, strict=True) if s == k) for k in range(3)]
+    assert len({shards[6], shards[7]}) == 1 and max(loads) <= 30.0, (shards, loads)
+
+
+def test_grouped_the_split_is_still_the_same_whatever_order_a_shard_collected_in() -> None:
+    seed = random.randrange(2**32)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    nodeids = [f"m{i % 5}.py::test_{i}" for i in range(120)]
+    groups = [rng.choice(["", "a", "b", "c", "d"]) for _ in nodeids]
+    durations = {n: rng.uniform(0, 20) for n in nodeids if rng.random() < 0.7}
+    first = dict(zip(nodeids, split(nodeids, durations, 4, groups), strict=True))
+    order = rng.sample(range(len(nodeids)), len(nodeids))
+    again = split([nodeids[i] for i in order], durations, 4, [groups[i] for i in order])
+    assert dict(zip([nodeids[i] for i in order], again, strict=True)) == first
