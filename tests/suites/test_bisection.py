@@ -123,12 +123,18 @@ def test_a_planted_post_grad_rewrite_is_inductors_and_the_repositorys_in_the_pas
 JUDGED_WITHOUT_COMPILING = '''
 import time
 from suites.judging import assert_close_to_reference
+import pytest
 import torch
 
 RUNS = [0]
-# Once at import: the test's own run then takes its sleep and milliseconds, not torch's first calls (seconds on a
-# busy host, which would count against the budget's start check).
+# Once at import, passing and failing: the test's own run then takes its sleep and milliseconds, not torch's first
+# calls nor the first failure message's (together 9 s on a busy host, which counted against the budget's start check:
+# six runs of 9 s do not fit in 30 s).
 assert_close_to_reference(torch.ones(3), torch.ones(3), torch.ones(3, dtype=torch.float64))
+try:
+    assert_close_to_reference(torch.ones(3), torch.zeros(3), torch.zeros(3, dtype=torch.float64))
+except pytest.fail.Exception:
+    pass
 
 def test_it():
     RUNS[0] += 1
@@ -151,11 +157,11 @@ def _job(tmp_path: Path, source: str, seconds: str) -> tuple[dict[str, object], 
 
 
 def test_a_bisection_out_of_time_mid_run_says_so_and_names_nothing(tmp_path: Path) -> None:
-    # Its first run again would take 120 s: the budget's alarm stops it at 30 s (a budget its failing run's time, a
-    # few seconds on a busy host, lets it start with).
-    found, took, _code = _job(tmp_path, JUDGED_WITHOUT_COMPILING.format(first=0, again=120), "30")
+    # Its first run again would take 300 s: the budget's alarm stops it at 60 s (a budget its failing run's time lets
+    # it start with: six runs of it must fit, 3 s each here quiet, 9 s with a second job beside it).
+    found, took, _code = _job(tmp_path, JUDGED_WITHOUT_COMPILING.format(first=0, again=300), "60")
     assert found["status"] == "budget" and "ran out after 0 run(s)" in str(found["reason"]), found
-    assert found["backend"] == "" and found["place"] == "" and took < 90, (found, took)
+    assert found["backend"] == "" and found["place"] == "" and took < 200, (found, took)
 
 
 def test_a_test_too_slow_for_what_is_left_is_not_started(tmp_path: Path) -> None:
