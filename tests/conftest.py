@@ -116,9 +116,8 @@ def settings(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys:
 # run's summary says how many were left out.
 HEAVY = (
     "tests/runners/test_compile_cache_attack.py::test_an_untrusted_pull_request_cannot_poison_or_read_across[local]",
-    "tests/runners/test_toolchain.py::test_inductor_kernels_link_with_lld[local]",
     "tests/runners/test_toolchain.py::test_the_system_linker_when_asked[local]",
-    "tests/runners/test_toolchain.py::test_jobs_skip_the_vector_isa_probe_and_pick_what_it_picks[local]",
+    "tests/runners/test_toolchain.py::test_a_job_links_with_lld_and_skips_the_vector_isa_probe_picking_what_it_picks[local]",
     "tests/integration/test_shards.py::test_a_sharded_job_shows_its_shards_progress_together_and_stops_them_all",
     "tests/suites/test_distributed_suite.py::test_a_rank_that_hangs_is_killed_at_the_time_limit",
     "tests/suites/test_distributed_suite.py::test_an_in_job_rerun_starts_new_ranks_so_a_flaky_failure_shows_as_flaky",

@@ -41,11 +41,6 @@ def _compile_job(runner: Runner, tmp_path: Path) -> Path:
     return RepoCache.of(scope, runner.cache_key("cpu")).trusted_dir / "inductor"
 
 
-def test_inductor_kernels_link_with_lld(runner: Runner, tmp_path: Path) -> None:
-    assert Path("/usr/bin/ld.lld").exists(), "lld is part of the install (scripts/setup.sh, the runner images)"
-    assert _linkers(_compile_job(runner, tmp_path)) == {"lld"}
-
-
 def test_the_system_linker_when_asked(runner: Runner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COMPILE_CI_LINKER", "system")
     assert _linkers(_compile_job(runner, tmp_path)) == {"gnu"}
@@ -79,14 +74,20 @@ ISA_JOB = ("import json, os, subprocess, sys, tempfile\n"
            "probed = subprocess.run([sys.executable, '-c', PICK], env=env, capture_output=True, text=True,\n"
            "                        check=True).stdout\n"
            "print('ISA', json.dumps({'env': os.environ.get('TORCHINDUCTOR_VEC_ISA_OK'), 'job': json.loads(job),\n"
-           "                         'probed': json.loads(probed)}))\n")
+           "                         'probed': json.loads(probed)}))\n"
+           # then the job's own kernel, linked into its cache: one cold job proves both (each one costs half a minute)
+           + COMPILE)
 
 
-def test_jobs_skip_the_vector_isa_probe_and_pick_what_it_picks(runner: Runner, tmp_path: Path) -> None:
+def test_a_job_links_with_lld_and_skips_the_vector_isa_probe_picking_what_it_picks(runner: Runner,
+                                                                                   tmp_path: Path) -> None:
+    assert Path("/usr/bin/ld.lld").exists(), "lld is part of the install (scripts/setup.sh, the runner images)"
     scope = CacheScope(tmp_path / "cache", "101", TRUSTED)
     spec = RunSpec(job_id="isa", command=(runner.python, "-c", ISA_JOB), checkout_dir=tmp_path,
                    output_dir=tmp_path / "out", timeout_s=300, cache=scope)
     assert runner.run(spec).exit_code == 0, spec.log_path.read_text()
+    assert "kernel ok True" in spec.log_path.read_text(), spec.log_path.read_text()
+    assert _linkers(RepoCache.of(scope, runner.cache_key("cpu")).trusted_dir / "inductor") == {"lld"}
     line = next(x for x in spec.log_path.read_text().splitlines() if x.startswith("ISA "))
     seen = json.loads(line[4:])
     assert seen["env"] == "1"  # the image's build checked the toolchain; the LocalRunner checked it once
