@@ -9,7 +9,7 @@ import json
 import math
 import statistics
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 SHARD_ENV = "COMPILE_CI_SHARD"  # encode_plan(): {"index", "count", "durations": {nodeid: seconds}}
@@ -55,11 +55,13 @@ def split(nodeids: Sequence[str], durations: Mapping[str, float], count: int,
     return shard_of
 
 
-def _longest_first(members: list[int], weight: Sequence[float], bins: int, key: Any) -> list[list[int]]:
+def _longest_first(members: list[int], weight: Sequence[float], bins: int,
+                   key: Callable[[int], str]) -> list[list[int]]:
     """``members`` in ``bins`` pieces, each the heaviest first onto the lightest (deterministic: ties by ``key``)."""
     if bins == 1:
         return [members]
-    loads, pieces = [0.0] * bins, [[] for _ in range(bins)]  # type: list[float], list[list[int]]
+    loads = [0.0] * bins
+    pieces: list[list[int]] = [[] for _ in range(bins)]
     for i in sorted(members, key=lambda i: (-weight[i], key(i))):
         chosen = min(range(bins), key=lambda k: (loads[k], k))
         pieces[chosen].append(i)
