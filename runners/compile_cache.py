@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from runners import shared_cache
+from runners import header_seed, shared_cache
 
 log = logging.getLogger(__name__)
 
@@ -187,10 +187,12 @@ class JobCache:
 
 
 def open_job_cache(scope: CacheScope, runner_key: str, job_id: str, layer_kind: str, uid: int | None,
-                   active: Callable[[str, str], bool] = lambda job, holder: False) -> JobCache:
+                   active: Callable[[str, str], bool] = lambda job, holder: False,
+                   seed: Path | None = None) -> JobCache:
     """Resolve a job's scope to directories. layer_kind ("overlay" | "copy") says how an untrusted job reads the
     trusted cache; uid, when given, is the job's user, handed the directories it may write. `active(job, holder)`:
-    whether another trusted job that marked itself writing (with `holder`, see begin_writing) still runs."""
+    whether another trusted job that marked itself writing (with `holder`, see begin_writing) still runs. `seed`:
+    the runner build's precompiled header (runners/header_seed.py), under every job's cache."""
     repo = RepoCache.of(scope, runner_key)
     shared = scope.shared / runner_key / scope.repo if scope.shared is not None else None
     with repo.locked():
@@ -200,25 +202,27 @@ def open_job_cache(scope: CacheScope, runner_key: str, job_id: str, layer_kind: 
             shared_cache.pull(repo.base, repo.trusted_dir, shared, uid)
         if scope.trusted:
             repo.begin_writing(job_id, f"{socket.gethostname()}:{os.getpid()}")
+            header_seed.install(seed, repo.trusted_dir, uid, scope.cap_mb << 20)
     if scope.trusted:
         hand_to(repo.trusted_dir, uid)
         return JobCache(repo, scope, job_id, repo.trusted_dir, shared=shared)
-    if layer_kind == "overlay" and any(c in str(repo.base) for c in ",:"):
+    if layer_kind == "overlay" and any(c in f"{repo.base}{seed or ''}" for c in ",:"):
         # Overlay options are comma and colon separated: such a path would mount other directories.
         raise CacheScopeError(f"an overlay cannot be mounted under a path holding ',' or ':': {repo.base}")
     with repo.locked():
         layer = repo.new_layer(job_id)
     if layer_kind == "copy":
         repo.copy_trusted(layer / "copy")
+        header_seed.install(seed, layer / "copy", uid, scope.cap_mb << 20)
         hand_to(layer / "copy", uid)
         return JobCache(repo, scope, job_id, layer / "copy", layer)
     upper, work = layer / "upper", layer / "work"
     upper.mkdir()
     work.mkdir()
     hand_to(upper, uid)  # the merged root takes the upper directory's owner
-    paths = (str(repo.trusted_dir), str(upper), str(work))
-    # The trusted directory is the overlay's lower layer: the job reads it, every write lands in upper/.
-    return JobCache(repo, scope, job_id, None, layer, "lowerdir={},upperdir={},workdir={}".format(*paths))
+    lower = f"{repo.trusted_dir}:{seed}" if seed is not None else str(repo.trusted_dir)
+    # The trusted directory (over the seed) is the overlay's lower layer: the job reads it, writes land in upper/.
+    return JobCache(repo, scope, job_id, None, layer, f"lowerdir={lower},upperdir={upper},workdir={work}")
 
 
 def process_alive(holder: str) -> bool:

@@ -10,6 +10,7 @@ is parsed as data by runners/outbox.py), and the volume goes with the job.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import docker.types
 import requests
 
 from runners.docker_container import OUTPUT_MOUNT, RUNNER_UID, holder_config, output_volume_options
+from runners.job_log import LogSink
 from runners.layer_cap import LayerWatch
 from runners.outbox import PROGRESS_EVERY_S, PROGRESS_FILE, PROGRESS_LIMIT, OutputReport, collect_tar, publish_progress
 from runners.protocol import RunSpec, ShouldCancel
@@ -132,3 +134,38 @@ def ticking(output: OutputVolume, watch: LayerWatch, should_cancel: ShouldCancel
         output.refresh_progress()
         return watch.check() or should_cancel is not None and should_cancel()
     return tick
+
+
+def image_files(client: Any, image: str, path: str, labels: dict[str, str]) -> Iterator[bytes]:
+    """A tar stream of `path` inside `image`, archived by the engine from a container created (never started) for
+    it: how the worker takes the image's header seed (runners/header_seed.py)."""
+    holder = client.containers.create(image, command=["true"], network_disabled=True, labels=labels)
+    try:
+        stream, _stat = holder.get_archive(path)
+        yield from stream
+    finally:
+        holder.remove(force=True)
+
+
+def pump_logs(container: Any, log: LogSink) -> None:
+    stream = None
+    try:
+        stream = container.logs(stream=True, follow=True, stdout=True, stderr=True)
+        for chunk in stream:
+            log.write(chunk)
+    except (docker.errors.DockerException, requests.exceptions.RequestException):
+        pass  # the container went away mid-stream (killed and removed): the log ends there
+    finally:
+        if stream is not None:
+            stream.close()
+
+
+def first_line(path: Path) -> str:
+    """The job's own first line (after the worker's `$ command` header)."""
+    try:
+        with open(path, "rb") as log:
+            lines = log.read(4096).decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    own = [line for line in lines if not line.startswith("$ ")]
+    return own[0] if own else ""

@@ -16,6 +16,7 @@ import docker.errors
 import docker.types
 import requests
 
+from runners import header_seed
 from runners.compile_cache import CacheScopeError, JobCache, open_job_cache, slug
 from runners.docker_container import (
     CACHE_MOUNT,
@@ -30,7 +31,7 @@ from runners.docker_container import (
     output_volume_name,
     past_deadline,
 )
-from runners.docker_output import OutputVolume, ticking
+from runners.docker_output import OutputVolume, first_line, image_files, pump_logs, ticking
 from runners.job_log import LogSink
 from runners.layer_cap import LayerWatch
 from runners.protocol import RunResult, RunSpec, ShouldCancel
@@ -72,6 +73,7 @@ class DockerRunner:
         self.deployment = deployment
         self.gpus = gpus
         self._torch_versions: dict[str, str] = {}
+        self._seeds: dict[str, Path | None] = {}  # image id -> its header seed (None: the image has none)
 
     @property
     def client(self) -> docker.DockerClient:
@@ -121,7 +123,7 @@ class DockerRunner:
             container = self.client.containers.create(**config)
             container.start()
             with LogSink(spec.log_path, spec.log_mb << 20) as log:
-                pump = threading.Thread(target=_pump_logs, args=(container, log), daemon=True)
+                pump = threading.Thread(target=pump_logs, args=(container, log), daemon=True)
                 pump.start()
                 watch = LayerWatch(cache.cache if cache is not None else None)
                 outcome = _wait(container, spec.timeout_s, ticking(output, watch, should_cancel))
@@ -136,8 +138,8 @@ class DockerRunner:
             duration = time.monotonic() - start
             # 124/137: its own deadline (coreutils' timeout) or a SIGKILL ended it, maybe mid-write.
             clean = outcome.kind == "exited" and not state.get("OOMKilled") and exit_code not in (124, 137)
-            if exit_code in (126, 127) and _first_line(spec.log_path).startswith(WRAPPER_FAILED):
-                return self._infra(start, f"the job's command cannot start: {_first_line(spec.log_path)}")
+            if exit_code in (126, 127) and first_line(spec.log_path).startswith(WRAPPER_FAILED):
+                return self._infra(start, f"the job's command cannot start: {first_line(spec.log_path)}")
             report = output.collect()
             return RunResult(exit_code, duration, timed_out=outcome.kind == "timeout",
                              cancelled=outcome.kind == "cancelled" and not watch.over, cache_over_cap=watch.over,
@@ -166,7 +168,7 @@ class DockerRunner:
         if spec.cache is None:
             return None
         cache = open_job_cache(spec.cache, self.cache_key(spec.device), spec.job_id, self.untrusted_layer, RUNNER_UID,
-                               lambda job, _holder: self._container_exists(container_name(job)))
+                               lambda job, _holder: self._container_exists(container_name(job)), self._seed(spec))
         if cache.directory is not None:
             return _JobCache(docker.types.Mount(CACHE_MOUNT, str(cache.directory), type="bind"), cache)
         volume = "compile-ci-cache-" + slug(spec.job_id)
@@ -179,6 +181,18 @@ class DockerRunner:
             cache.close()  # the layer goes with the failed setup
             raise
         return _JobCache(docker.types.Mount(CACHE_MOUNT, volume, type="volume", no_copy=True), cache, volume)
+
+    def _seed(self, spec: RunSpec) -> Path | None:
+        """The image's precompiled header, archived out of it once per image (runners/header_seed.py)."""
+        assert spec.cache is not None
+        image, key = self.images[spec.device], self.cache_key(spec.device)
+        build = self.client.images.get(image).id or image
+        if build not in self._seeds:
+            read = lambda: image_files(self.client, image, f"{header_seed.IMAGE_SEED}/{header_seed.HEADER_DIR}",  # noqa: E731
+                                       {DEPLOYMENT_LABEL: self.deployment})
+            self._seeds[build] = header_seed.ensure(header_seed.seed_dir(spec.cache.root, key, build),
+                                                    header_seed.from_archive(read), RUNNER_UID)
+        return self._seeds[build]
 
     def _release_cache(self, job_cache: _JobCache, clean: bool) -> None:
         if job_cache.volume is not None:
@@ -256,19 +270,6 @@ class DockerRunner:
         return removed
 
 
-def _pump_logs(container: Any, log: LogSink) -> None:
-    stream = None
-    try:
-        stream = container.logs(stream=True, follow=True, stdout=True, stderr=True)
-        for chunk in stream:
-            log.write(chunk)
-    except (docker.errors.DockerException, requests.exceptions.RequestException):
-        pass  # the container went away mid-stream (killed and removed): the log ends there
-    finally:
-        if stream is not None:
-            stream.close()
-
-
 def _wait(container: Any, timeout_s: float, should_cancel: ShouldCancel | None) -> _Outcome:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -286,14 +287,3 @@ def _wait(container: Any, timeout_s: float, should_cancel: ShouldCancel | None) 
                 raise
         if should_cancel is not None and should_cancel():
             return _Outcome("cancelled")
-
-
-def _first_line(path: Path) -> str:
-    """The job's own first line (after the worker's `$ command` header)."""
-    try:
-        with open(path, "rb") as log:
-            lines = log.read(4096).decode(errors="replace").splitlines()
-    except OSError:
-        return ""
-    own = [line for line in lines if not line.startswith("$ ")]
-    return own[0] if own else ""

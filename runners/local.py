@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from runners import header_seed
 from runners.compile_cache import JobCache, open_job_cache, process_alive, slug
 from runners.gpus import gpu_job_env, visible_devices
 from runners.job_log import LogSink
@@ -35,6 +36,7 @@ from runners.untrusted_files import read_bounded, usage
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME")
 KILL_GRACE_S = 5.0
 PUMP_DRAIN_S = 60.0
+_seed_lock = threading.Lock()
 # The job's user name as inductor spells it in its default cache directory (getpass, sanitised as inductor does).
 _USER = re.sub(r'[\\/:*?"<>|]', "_", pwd.getpwuid(os.getuid()).pw_name)
 
@@ -58,6 +60,8 @@ class LocalRunner:
         self.python = python or sys.executable
         self.gpus = gpus  # COMPILE_CI_GPUS: what a cuda job may see (empty: every GPU of the host)
         self._torch: str | None = None
+        self._seeds: dict[str, Path | None] = {}
+        self._interpreter = ""  # the interpreter `python` runs (a wrapper script's too), for the header seed's key
 
     def cache_key(self, device: str) -> str:
         # Every venv's interpreter is called `python`: its torch tells two venvs' caches apart.
@@ -71,13 +75,31 @@ class LocalRunner:
         """Read from the interpreter's installed metadata once (milliseconds: torch itself is not imported)."""
         if self._torch is None:
             try:
-                probe = "import importlib.metadata as m; print(m.version('torch'))"
+                probe = ("import importlib.metadata as m, os, sys; print(m.version('torch')); "
+                         "print(os.path.realpath(sys.executable))")
                 done = subprocess.run([self.python, "-c", probe], capture_output=True, text=True, timeout=60,
                                       env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
-                self._torch = done.stdout.strip() if done.returncode == 0 else ""
+                lines = done.stdout.split() if done.returncode == 0 else []
+                self._torch, self._interpreter = (lines[0], lines[-1]) if len(lines) == 2 else ("", "")
             except (OSError, subprocess.TimeoutExpired):
                 self._torch = ""
         return self._torch
+
+    def _seed(self, spec: RunSpec, env: dict[str, str]) -> Path | None:
+        """The precompiled header, built once per host and interpreter (a wrapper script's too: keyed by the
+        interpreter it runs) in a job's environment before its own variables, where no job runs
+        (runners/header_seed.py); the first job of a host waits for it."""
+        assert spec.cache is not None
+        torch = self.torch_version(spec.device)
+        if not torch:
+            return None  # the job says torch is missing itself
+        build = f"{self._interpreter}-torch{torch}"
+        with _seed_lock:
+            if build not in self._seeds:
+                self._seeds[build] = header_seed.ensure(
+                    header_seed.seed_dir(spec.cache.root, self.cache_key(spec.device), build),
+                    header_seed.from_interpreter(self.python, env))
+        return self._seeds[build]
 
     def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult:
         spec.output_dir.mkdir(parents=True, exist_ok=True)
@@ -92,6 +114,7 @@ class LocalRunner:
         # Checked once per worker process (the first job waits), before the job's own HOME and TMPDIR.
         env.update(vec_isa_env(self.python, env))
         env.update(source_keys_env(self.python, env))
+        seed = self._seed(spec, env) if spec.cache is not None else None
         env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"})
         env.update({key: map_paths(value, paths) for key, value in spec.env.items()})
         env.update(gpu_job_env(spec.device))
@@ -105,7 +128,7 @@ class LocalRunner:
             if spec.cache is not None:
                 # "copy": an untrusted job never gets the trusted directory itself, only a throwaway copy of it.
                 cache = open_job_cache(spec.cache, self.cache_key(spec.device), spec.job_id, "copy", None,
-                                       lambda _job, holder: process_alive(holder))
+                                       lambda _job, holder: process_alive(holder), seed)
                 assert cache.directory is not None
                 env.update({"TORCHINDUCTOR_CACHE_DIR": str(cache.directory / "inductor"),
                             "TRITON_CACHE_DIR": str(cache.directory / "triton"), "USER": _USER})

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,16 @@ from tests.schedule import longest_first
 # Sample repositories the suites test are data, not our tests: their tests are meant to fail and their conftest
 # installs a compiler change into the process that imports it.
 collect_ignore_glob = ["suites/*_repo"]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One host, one header seed (runners/header_seed.py): every test's worker takes inductor's precompiled header
+    from one directory of this run, as every data directory of one worker host would, instead of each test's stack
+    building it again. Set before xdist starts its workers, which inherit it; a test about the seed sets its own."""
+    if not hasattr(config, "workerinput") and not os.environ.get("COMPILE_CI_HEADER_SEED_DIR"):
+        seeds = tempfile.mkdtemp(prefix="compile-ci-test-seeds-")
+        os.environ["COMPILE_CI_HEADER_SEED_DIR"] = seeds
+        config.add_cleanup(lambda: shutil.rmtree(seeds, ignore_errors=True))
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,10 @@ def _exclusive(graph: object) -> None:
         if node.op == "call_function" and node.target is aten.cumsum.default:
             with graph.inserting_after(node):  # type: ignore[attr-defined]
                 shifted = graph.call_function(aten.sub.Tensor, (node, node.args[0]))  # type: ignore[attr-defined]
+            # The value inductor's lowering reads for an output's strides (torch 2.11 fails the compile without it):
+            # the same shape, dtype and strides as the scan's.
+            if "val" in node.meta:
+                shifted.meta["val"] = node.meta["val"]
             node.replace_all_uses_with(shifted, delete_user_cb=lambda user, new=shifted: user is not new)
 
 
