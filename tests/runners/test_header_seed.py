@@ -174,7 +174,7 @@ def test_the_image_seed_is_the_header_a_job_of_that_image_would_build(docker_run
 
 
 def test_no_seed_to_be_had_leaves_jobs_building_their_own(tmp_path: Path) -> None:
-    """An image built before seeds (or the cuda image, which has none), an engine error, a seed directory that
+    """An image built before seeds, an engine error, a seed directory that
     cannot be written: the job runs as before, building its header, never an infrastructure error."""
     def engine_error(_scratch: Path) -> None:
         raise RuntimeError("404 Client Error: Could not find the file /opt/compile-ci/seed/precompiled_headers")
