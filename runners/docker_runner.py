@@ -187,12 +187,10 @@ class DockerRunner:
         assert spec.cache is not None
         image, key = self.images[spec.device], self.cache_key(spec.device)
         build = self.client.images.get(image).id or image
-        if build not in self._seeds:
-            read = lambda: image_files(self.client, image, f"{header_seed.IMAGE_SEED}/{header_seed.HEADER_DIR}",  # noqa: E731
-                                       {DEPLOYMENT_LABEL: self.deployment})
-            self._seeds[build] = header_seed.ensure(header_seed.seed_dir(spec.cache.root, key, build),
-                                                    header_seed.from_archive(read), RUNNER_UID)
-        return self._seeds[build]
+        read = lambda: image_files(self.client, image, f"{header_seed.IMAGE_SEED}/{header_seed.HEADER_DIR}",  # noqa: E731
+                                   {DEPLOYMENT_LABEL: self.deployment})
+        return header_seed.remembered(self._seeds, build, lambda: header_seed.ensure(
+            header_seed.seed_dir(spec.cache.root, key, build), header_seed.from_archive(read), RUNNER_UID))
 
     def _release_cache(self, job_cache: _JobCache, clean: bool) -> None:
         if job_cache.volume is not None:

@@ -88,15 +88,29 @@ def _build(directory: Path, build: Builder, uid: int | None) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def remembered(memo: dict[str, Path | None], build: str, make: Callable[[], Path | None]) -> Path | None:
+    """A runner's seed for `build`, made by `make()` once per process, and again when its directory went away (a
+    cache directory cleaned under a running worker): a job is never handed a seed that is not there. A build that
+    gave none is not tried again in this process."""
+    seed = memo.get(build)
+    if build not in memo or (seed is not None and not (seed / HEADER_DIR).is_dir()):
+        memo[build] = make()
+    return memo[build]
+
+
 def install(seed: Path | None, cache_dir: Path, uid: int | None = None, cap_bytes: int = 1 << 62) -> list[str]:
     """Copy the seed's files that `cache_dir` lacks into it (a trusted directory, or an untrusted job's private
     copy). A file already there stays: it has the same name, so the same content. A seed larger than the
     repository's cache cap is not laid there (it would be evicted at the job's end, and copied again)."""
-    if seed is None or sum(f.stat().st_size for f in (seed / HEADER_DIR).iterdir()) > cap_bytes:
+    try:
+        files = sorted((seed / HEADER_DIR).iterdir()) if seed is not None else []
+        if not files or sum(f.stat().st_size for f in files) > cap_bytes:
+            return []
+    except FileNotFoundError:  # removed since the runner last looked: the job builds its own header
         return []
     target = cache_dir / HEADER_DIR
     added: list[str] = []
-    for source in sorted((seed / HEADER_DIR).iterdir()):
+    for source in files:
         dest = target / source.name
         if os.path.lexists(dest):
             continue

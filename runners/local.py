@@ -95,11 +95,9 @@ class LocalRunner:
             return None  # the job says torch is missing itself
         build = f"{self._interpreter}-torch{torch}"
         with _seed_lock:
-            if build not in self._seeds:
-                self._seeds[build] = header_seed.ensure(
-                    header_seed.seed_dir(spec.cache.root, self.cache_key(spec.device), build),
-                    header_seed.from_interpreter(self.python, env))
-        return self._seeds[build]
+            return header_seed.remembered(self._seeds, build, lambda: header_seed.ensure(
+                header_seed.seed_dir(spec.cache.root, self.cache_key(spec.device), build),
+                header_seed.from_interpreter(self.python, env)))
 
     def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult:
         spec.output_dir.mkdir(parents=True, exist_ok=True)

@@ -183,3 +183,24 @@ def test_no_seed_to_be_had_leaves_jobs_building_their_own(tmp_path: Path) -> Non
     (tmp_path / "file").write_text("")
     assert header_seed.ensure(tmp_path / "file" / "key" / "build", engine_error) is None
     assert header_seed.install(None, tmp_path / "cache") == [] and not (tmp_path / "cache").exists()
+
+
+def test_a_seed_removed_under_a_running_worker_is_taken_again(docker_runner: Runner, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator cleaning the cache directory while the worker runs: the next job is not handed a directory that
+    is gone (an infrastructure error: the engine cannot mount it), the worker takes the seed out of the image again."""
+    import shutil
+
+    monkeypatch.setenv(header_seed.SEED_ENV, str(tmp_path / "seeds"))
+    for n in range(2):
+        spec = RunSpec(job_id=f"pr-{n}", command=(docker_runner.python, "-c", "print('ran')"), checkout_dir=tmp_path,
+                       output_dir=tmp_path / f"out-{n}", timeout_s=120,
+                       cache=CacheScope(tmp_path / "cache", "101", UNTRUSTED, pr=n + 1))
+        result = docker_runner.run(spec)
+        assert (result.exit_code, result.infra_error) == (0, None), spec.log_path.read_text()
+        assert list((tmp_path / "seeds").rglob("*.gch")), "the seed is there for the job"
+        shutil.rmtree(tmp_path / "seeds")
+
+
+def test_a_seed_gone_before_it_is_laid_is_no_error(tmp_path: Path) -> None:
+    assert header_seed.install(tmp_path / "gone", tmp_path / "cache") == []
