@@ -45,7 +45,7 @@ def sweep(out: Path, cache: Path, device: str, shards: int, extra: dict[str, str
                "PYTHONPATH": str(ROOT), "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
                "TRITON_CACHE_DIR": str(cache / "triton"), "TMPDIR": str(cache / "tmp"),
                "COMPILE_CI_OPS_SHARD": f"{index}/{shards}", **extra}
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
+        command = [sys.executable, "-m", "suites.pytest_entry", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
                    "-o", "junit_family=xunit1", f"--junitxml={shard_out / 'junit.xml'}", str(ROOT / "suites" / "ops")]
         for plugin in plugins:
             command += ["-p", plugin]

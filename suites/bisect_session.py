@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from suites import bisect_probe, compiler_surface
+from suites import bisect_probe, compiler_surface, device_context
 from suites.bisect_search import BUDGET, INCONCLUSIVE, UNBISECTABLE, Budget, Finding, bisect
 from suites.bisect_suspects import blamed
 from suites.naming import sanitise_nodeid
@@ -101,6 +101,7 @@ class BisectSession:
         if not self.candidates:
             return
         budget = Budget(self.seconds)
+        lost = device_context.lost(session.config)
         order = sorted(self.candidates.values(), key=lambda c: (-c.seconds, c.order))
         self._say(f"bisecting {len(order)} failing test(s), slowest first, within {self.seconds:.0f} s")
         for candidate in order:
@@ -109,6 +110,8 @@ class BisectSession:
             why = getattr(getattr(candidate.item, "module", None), NOT_BISECTABLE, None)
             if isinstance(why, str):  # a test module that knows it cannot be steered says why (no run is spent)
                 finding = Finding(UNBISECTABLE, reason=why)
+            elif lost:
+                finding = Finding(UNBISECTABLE, reason=f"not bisected: this process lost its device ({lost})")
             elif budget.left() < MIN_RUNS * candidate.seconds or budget.left() <= 0:
                 finding = Finding(BUDGET, reason=f"not bisected: {max(budget.left(), 0):.0f} s of the job's "
                                                  f"{self.seconds:.0f} s for bisecting were left, and a bisection runs "

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from suites import harness, op_families
+from suites.device_context import CONTINUE_ONLY_ENV
 
 OUTPUT_ENV = "COMPILE_CI_OUTPUT_DIR"
 ENABLE_ENV = "COMPILE_CI_COVERAGE"
@@ -40,6 +41,17 @@ class CoverageRecorder:
         inductor = harness.dynamo_counters_or_empty().get("inductor", {})
         aot = harness.dynamo_counters_or_empty().get("aot_autograd", {})
         return int(inductor.get("fxgraph_cache_hit", 0)) + int(aot.get("autograd_cache_hit", 0))
+
+    def take_earlier(self, path: Path) -> None:
+        """The families an earlier process of this job recorded (suites/continuation.py), read as its own file."""
+        try:
+            earlier = json.loads(path.read_text())
+            for test, hows in earlier.get("per_test", {}).items():
+                for how, families in hows.items():
+                    self.per_test.setdefault(str(test), {}).setdefault(str(how), set()).update(map(str, families))
+            self.cache_hits_start -= int(earlier.get("cache_hits", 0))
+        except (OSError, ValueError, AttributeError, TypeError):
+            pass  # no file, or not one this plugin wrote: this process's families only
 
     def install(self) -> None:
         self.hooked = {"lowered": harness.record_lowered_ops(lambda target: self._seen("lowered", target)),
@@ -86,6 +98,8 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     recorder = CoverageRecorder()
     recorder.install()
+    if os.environ.get(CONTINUE_ONLY_ENV):  # the job's earlier process lost its device: its tests' families count too
+        recorder.take_earlier(_output_dir() / FILE_NAME)  # type: ignore[operator]
     config.stash[_KEY] = recorder
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from suites import compiler_surface, reruns, sharding
+from suites import compiler_surface, device_context, reruns, sharding
 from suites.job_files import BackgroundFiles, ProgressWriter
 from suites.log_sections import LogSections
 from suites.naming import sanitise_nodeid
@@ -239,6 +239,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(ProgressWriter(Path(output), files), "compile-ci-progress")
         config.pluginmanager.register(LogSections(config), "compile-ci-log-sections")
         sharding.register(config, Path(output))  # a shard's share, or tests left to their base results
+        device_context.register(config)  # a lost CUDA context: the tests after it run in a fresh process
         if os.environ.get("COMPILE_CI_BISECT_SECONDS"):  # the job's failures bisected after its tests ran
             from suites import bisect_session
 

@@ -34,7 +34,12 @@ def main() -> int:
                                           lambda codecache: source_keys.apply(keys, codecache))
     import pytest
 
-    status = int(pytest.main())  # pytest's console script, without console_main (deprecated in pytest 9.2)
+    if in_job:  # a session that loses its device context leaves its tests to fresh processes (suites/continuation.py)
+        from suites import continuation
+
+        status = continuation.run(lambda: int(pytest.main()))
+    else:
+        status = int(pytest.main())  # pytest's console script, without console_main (deprecated in pytest 9.2)
     if in_job:
         exit_now(status)
     return status
