@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .. import precision, rounding_noise
+from .. import device_context, precision, rounding_noise
 from ..module_runs import flatten_outputs, to_fp64
 from . import catalog, comparison, internals
 
@@ -40,6 +40,11 @@ class SampleFailure:
     index: int
     sample: str  # catalog.describe_sample
     problem: str
+
+
+class DeviceLost(Exception):
+    """A batch trapped on the device (a device-side assert): the process's CUDA context is gone, so no sample of the
+    case can be judged further here; the job's tests after this one run in a fresh process (suites/device_context)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,9 @@ def run_case(case: catalog.OpCase, device: str, bound_of: Callable[[torch.dtype]
         try:
             with _time_limit(budget_s):
                 _run_batch(fn, samples, batch, outcomes)
+        except DeviceLost as lost:
+            raise DeviceLost(f"samples {batch[0]}-{batch[-1]} ({len(batch)} compiled into one graph) trapped on "
+                             f"{device}: {lost}; the case's samples are not judged") from None
         except _OverBudget:
             internals.reset_dynamo()  # the interrupted compile left nothing to reuse
             left = [index for index in accepted[start:] if index not in outcomes]
@@ -157,12 +165,18 @@ def _run_batch(fn: Callable[..., Any], samples: list[Any], indices: list[int],
         torch.manual_seed(_SEED + indices[0])
         compiled = torch.compile(_every_sample(fn), backend="inductor")(compiled_batch)
     except Exception as exc:  # noqa: BLE001 - find which samples cause it
+        trapped = device_context.device_error()
+        if trapped:  # nothing more runs on this device in this process: no sample can be retried alone
+            raise DeviceLost(trapped) from exc
         if len(indices) == 1:
             outcomes[indices[0]] = f"the compiled op raised {type(exc).__name__}: {_first_lines(exc)}"
             return
         for index in indices:
             _run_batch(fn, samples, [index], outcomes)
         return
+    trapped = device_context.device_error()  # a kernel's trap is reported at a later call: here, not at the next case
+    if trapped:
+        raise DeviceLost(trapped)
     for index, eager_run, compiled_run, eager_result, compiled_result in zip(
             indices, eager_batch, compiled_batch, eager, compiled, strict=True):
         written = _written(samples[index], eager_run) | _written(samples[index], compiled_run)

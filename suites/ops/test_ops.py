@@ -45,13 +45,22 @@ def test_op_matches_eager(case: catalog.OpCase, device: str, sweep_plan: plan.Pl
                           record_property: pytest.RecordProperty) -> None:
     bound_of = tolerances.for_case(case, device)
     dtype = catalog.DTYPE_NAMES[case.dtype]
-    run = sweep.run_case(case, device, bound_of)
+    listed = known_failures.for_case(case.name, dtype, device)
+    try:
+        run = sweep.run_case(case, device, bound_of)
+    except sweep.DeviceLost as lost:
+        every = [k for k in listed if not k.samples]
+        if every:
+            pytest.xfail(f"known upstream failure ({lost}): " + "; ".join(k.reason for k in every))
+        if case.test_id in sweep_plan.stock_path:
+            pytest.xfail(f"upstream: {case.name} traps on stock torch {torch.__version__}'s path (the repository "
+                         f"changes nothing it goes through): {lost}")
+        pytest.fail(f"{case.name} compiled with inductor: {lost}", pytrace=False)
     record_property("samples", run.samples)
     record_property("samples_judged", run.judged)
     record_property("graphs", run.graphs)
     if case.dtype.is_floating_point:
         record_property("tolerance", tolerances.describe(bound_of, case.dtype))
-    listed = known_failures.for_case(case.name, dtype, device)
     expected = [f for f in run.failures if any(k.covers(f.index) for k in listed)]
     unexpected = [f for f in run.failures if f not in expected]
     record_property("failed_samples", " ".join(str(f.index) for f in run.failures))

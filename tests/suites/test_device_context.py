@@ -123,3 +123,101 @@ def test_the_job_entry_without_a_trap_is_one_process(tmp_path: Path) -> None:
     run = _run(tmp_path, set(), ["test_a", "test_b"])
     assert run.returncode == 0 and _pid(run, "test_a") == _pid(run, "test_b")
     assert "device's context" not in run.output
+
+
+TRAP_PLUGIN = '''
+"""Stand-in for a GPU kernel that traps: while a case named in TRAP_CASES runs (each once per run: a file marks it),
+the process's device is lost until the process ends."""
+import os
+from pathlib import Path
+
+from suites import device_context
+
+LOST = []
+
+
+def _probe():
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    for case in os.environ["TRAP_CASES"].split(","):
+        marker = Path(os.environ["TRAP_MARKS"], case)
+        if f"[{case}]" in current and not marker.exists():
+            marker.write_text("trapped")
+            LOST.append(f"FakeDeviceError: device-side assert triggered in {case}")
+    return LOST[0] if LOST else None
+
+
+device_context.PROBES.append(_probe)
+'''
+
+
+def test_the_op_sweep_turns_a_trap_into_a_verdict_and_judges_the_cases_after_it(tmp_path: Path) -> None:
+    """The op sweep on a repository whose compiler patch (special_points) changes sign and nan_to_num: a trap while
+    compiling sign's samples is that case's failure, named as a trap with its samples; one in abs (a stock-torch op
+    the repository does not change) is upstream's, an expected failure; the cases after each are judged in a fresh
+    process: nan_to_num fails on its plant, reciprocal's int64 case passes."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import xml.etree.ElementTree as ET
+
+    from .suite_run import _JOB_VARIABLES, REPO
+
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "trap_plugin.py").write_text(TRAP_PLUGIN)
+    (tmp_path / "marks").mkdir()
+    out = tmp_path / "out"
+    env = {key: value for key, value in os.environ.items() if key not in _JOB_VARIABLES}
+    env.update({"PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path / "plugins")]), "COMPILE_CI_DEVICE": "cpu",
+                "COMPILE_CI_OUTPUT_DIR": str(out), "COMPILE_CI_OPS_SCOPE": "all",
+                "TRAP_CASES": "abs-float32,sign-float32", "TRAP_MARKS": str(tmp_path / "marks")})
+    selection = " or ".join(f"[{case}]" for case in ("abs-float32", "sign-float32", "nan_to_num-float32",
+                                                      "reciprocal-int64"))
+    command = [sys.executable, "-m", "suites.pytest_entry", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
+               "-p", "tests.suites.planted.special_points", "-p", "trap_plugin", "-o", "junit_family=xunit1",
+               f"--junitxml={out / 'junit.xml'}", str(REPO / "suites" / "ops"), "-k", selection]
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1500)
+    output = done.stdout + done.stderr
+    log = output[-6000:]
+    cases = {case.get("name"): case for case in ET.parse(out / "junit.xml").getroot().iter("testcase")}
+
+    def outcome(name: str) -> tuple[str, str]:
+        for child in cases[f"test_op_matches_eager[{name}]"]:
+            if child.tag in ("failure", "error", "skipped"):
+                kind = "xfailed" if child.get("type") == "pytest.xfail" else child.tag
+                return kind, child.get("message", "") + (child.text or "")
+        return "passed", ""
+
+    assert sorted(os.listdir(tmp_path / "marks")) == ["abs-float32", "sign-float32"], log
+    kind, message = outcome("sign-float32")
+    assert kind == "failure" and "trapped on cpu: FakeDeviceError" in message, (kind, message, log)
+    assert "compiled into one graph" in message and "not judged" in message
+    kind, message = outcome("abs-float32")
+    assert kind == "xfailed" and "traps on stock torch" in message, (kind, message, log)
+    assert outcome("nan_to_num-float32")[0] == "failure", log  # its plant, judged after the trap
+    assert "inputs there: input = -inf" in outcome("nan_to_num-float32")[1]
+    assert outcome("reciprocal-int64")[0] == "passed", outcome("reciprocal-int64")
+    assert output.count("compile-ci: the device's context was lost in") == 2, log
+    assert done.returncode == 1
+    assert json.loads((out / "coverage.json").read_text())["format"] == 1  # the last part's, with the earlier ones'
+
+
+def test_a_continuation_keeps_the_op_families_the_earlier_process_recorded(tmp_path: Path) -> None:
+    """coverage.json is written at a session's end: the fresh process starts from the earlier one's file."""
+    import json
+
+    from suites.coverage import CoverageRecorder
+
+    earlier = tmp_path / "coverage.json"
+    earlier.write_text(json.dumps({"format": 1, "cache_hits": 2, "per_test": {"t::a": {"lowered": ["aten.add"]}}}))
+    recorder = CoverageRecorder()
+    recorder.take_earlier(earlier)
+    recorder.per_test.setdefault("t::b", {}).setdefault("lowered", set()).add("aten.mul")
+    report = recorder.report("cpu")
+    assert report["per_test"] == {"t::a": {"lowered": ["aten.add"]}, "t::b": {"lowered": ["aten.mul"]}}
+    assert report["cache_hits"] >= 2
+    for junk in ("[1, 2]", "not json", json.dumps({"per_test": {"t::c": 5}})):  # the job's own file, any shape
+        earlier.write_text(junk)
+        fresh = CoverageRecorder()
+        fresh.take_earlier(earlier)
+        assert fresh.report("cpu")["per_test"] == {}
