@@ -13,6 +13,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SUITES = builtin_suites(ROOT / "suites")
 
 
+MODELS = ["realzoo.resnet:examples", "realzoo.efficientnet:examples", "realzoo.gpt2:examples"]
+
+
 def _parsed(text: str) -> RepoConfig:
     config = parse_repo_config(text, SUITES)
     assert isinstance(config, RepoConfig), [p.render() for p in config]
@@ -25,8 +28,9 @@ def test_the_real_model_repository_keeps_its_install_and_targets_and_runs_the_be
     assert (config.suites, config.devices, config.flaky_reruns) == (("autograd",), ("cpu",), 0)
     assert config.requirements == ("torchvision==0.28.0", "timm==1.0.31", "transformers==5.17.0")
     assert not config.install_package
-    assert config.targets == {"models": ["realzoo.models:examples"], "fuse": ["realzoo.fused:examples"]}
-    assert repo.model == "realzoo/models.py" and "realzoo/vision_ops.py" in repo.files
+    assert config.targets == {"models": MODELS, "fuse": ["realzoo.fused:examples"]}
+    # One module per model: the bench's one-model pull request changes the first, ResNet's, and only that target.
+    assert repo.model == "realzoo/resnet.py" and "realzoo/vision_ops.py" in repo.files
     assert "compile-ci.toml" not in repo.files and not any("__pycache__" in p for p in repo.files)
     assert repo.patches == "realzoo/compile_ci_bench_patches.py" and repo.patches not in repo.files
 
@@ -46,4 +50,4 @@ def test_installed_runs_the_sample_with_the_interpreters_packages() -> None:
     config = _parsed(repo.config)
     assert (config.suites, config.devices, config.requirements) == (("correctness", "layout"), ("cuda",), ())
     assert not config.install_package
-    assert config.targets == {"models": ["realzoo.models:examples"], "fuse": ["realzoo.fused:examples"]}
+    assert config.targets == {"models": MODELS, "fuse": ["realzoo.fused:examples"]}
