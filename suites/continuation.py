@@ -1,8 +1,10 @@
 """The job's entry side of suites/device_context.py: the tests a lost device context left run in fresh processes.
 
-``run(first)`` runs the job's pytest (``first``: the in-process session), and while a session reports that it lost
-its device with tests left, runs those tests in a new ``python -m suites.pytest_entry`` with the same arguments but
-its own JUnit file, then merges that file's test cases into the job's. The exit status is the job's as one session
+``run(first, before_exec)`` runs the job's pytest (``first``: the in-process session). When that session lost its
+device with tests left, the process replaces itself (``exec``, the same pid for the runner) with ``drive``, which
+holds no torch: while a session reports that it lost its device with tests left, it runs those tests in a new
+``python -m suites.pytest_entry`` with the same arguments but its own JUnit file, then merges that file's test cases
+into the job's. The exit status is the job's as one session
 would have had it: 1 when any test of any part failed. Where the parts run out (``MAX_PROCESSES``, or the job's
 deadline near), the tests not run are written to the JUnit file as errors that say why: never silently missing.
 """
@@ -49,17 +51,33 @@ def _with_junit(args: list[str], path: Path) -> list[str]:
     return [*out, f"--junitxml={path}"]
 
 
-def run(first: Callable[[], int]) -> int:
-    if os.environ.get(CONTINUE_ONLY_ENV):  # a continuation itself: its driver is the job's first process
+def run(first: Callable[[], int], before_exec: Callable[[], None]) -> int:
+    """``first``, the job's in-process session. Where it lost its device with tests left, this process becomes the
+    driver: ``before_exec`` (a normal exit's visible effects), then an ``exec`` of ``python -m suites.continuation``,
+    so the lost process's memory and its device context are given back before any new process starts (a new
+    process beside it on the same GPU could run out of memory)."""
+    if os.environ.get(CONTINUE_ONLY_ENV):  # a continuation itself: the driver is the job's first process
         return first()
     scratch = Path(tempfile.mkdtemp(prefix="compile-ci-continue-"))
     stop_file = scratch / "left-0.json"
     os.environ[CONTINUE_FILE_ENV] = str(stop_file)
     status = first()
-    args = sys.argv[1:]
+    if not stop_file.is_file():
+        return status
+    state = scratch / "state.json"
+    state.write_text(json.dumps({"status": status, "args": sys.argv[1:], "scratch": str(scratch)}))
+    before_exec()
+    os.execv(sys.executable, [sys.executable, "-m", "suites.continuation", str(state)])
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def drive(state_file: Path) -> int:
+    state = json.loads(state_file.read_text())
+    status, args, scratch = int(state["status"]), [str(a) for a in state["args"]], Path(state["scratch"])
     junit = junit_path(args)
     failed = status == 1
     part = 0
+    stop_file = scratch / "left-0.json"
     while stop_file.is_file():
         left_info = json.loads(stop_file.read_text())
         failed = failed or bool(left_info.get("failed"))
@@ -87,9 +105,7 @@ def run(first: Callable[[], int]) -> int:
         failed = failed or status == 1
         if junit is not None and part_junit.is_file():
             _merge(junit, part_junit)
-    if failed:
-        return 1
-    return status
+    return 1 if failed else status
 
 
 def _deadline() -> float | None:
@@ -140,3 +156,7 @@ def _write(tree: ET.ElementTree, path: Path) -> None:
     temporary = path.with_name(path.name + ".tmp")
     tree.write(temporary, encoding="utf-8", xml_declaration=True)
     temporary.replace(path)
+
+
+if __name__ == "__main__":
+    sys.exit(drive(Path(sys.argv[1])))

@@ -37,7 +37,7 @@ def main() -> int:
     if in_job:  # a session that loses its device context leaves its tests to fresh processes (suites/continuation.py)
         from suites import continuation
 
-        status = continuation.run(lambda: int(pytest.main()))
+        status = continuation.run(lambda: int(pytest.main()), finish)
     else:
         status = int(pytest.main())  # pytest's console script, without console_main (deprecated in pytest 9.2)
     if in_job:
@@ -47,6 +47,12 @@ def main() -> int:
 
 def exit_now(status: int) -> None:
     """A normal exit's visible effects (threads joined, atexit handlers, flushed streams), without finalization."""
+    finish()
+    os._exit(status)
+
+
+def finish() -> None:
+    """What a normal exit does that anyone could notice, in its order; before ``os._exit`` or an ``exec``."""
     import atexit
     import threading
 
@@ -60,7 +66,6 @@ def exit_now(status: int) -> None:
             stream.flush()
         except (OSError, ValueError):
             pass  # a closed or broken pipe: nothing more can reach it
-    os._exit(status)
 
 
 if __name__ == "__main__":

@@ -44,11 +44,15 @@ def _repo(root: Path, traps: set[str], names: list[str], failing: set[str] = fro
     (root / "gpukit" / "__init__.py").write_text(PACKAGE)
     (root / "tests").mkdir()
     (root / "tests" / "conftest.py").write_text(CONFTEST)
-    body = ["import gpukit", "import os", "from pathlib import Path", ""]
+    body = ["import gpukit", "import os", "from pathlib import Path", "",
+            "def parent():  # this process's parent, and whether it holds torch's library",
+            "    maps = Path(f'/proc/{os.getppid()}/maps').read_text()",
+            "    return f'{os.getppid()} {int(\"libtorch\" in maps)}'", ""]
     for name in names:
         body += [f"def {name}():",
                  f"    Path(os.environ['COMPILE_CI_OUTPUT_DIR'], 'pid-{name}').write_text(str(gpukit.launch("
                  f"trap={name in traps})))",
+                 f"    Path(os.environ['COMPILE_CI_OUTPUT_DIR'], 'parent-{name}').write_text(parent())",
                  f"    assert {name not in failing}, 'a wrong result'", ""]
     (root / "tests" / "test_kernels.py").write_text("\n".join(body))
     return root
@@ -77,6 +81,10 @@ def test_tests_after_a_trap_run_in_a_fresh_process_and_join_the_jobs_results(tmp
     assert run.outcome("test_wrong_after") == "failed"
     assert run.outcome("test_last") == "passed"
     assert _pid(run, "test_before") == _pid(run, "test_traps") != _pid(run, "test_after") == _pid(run, "test_last")
+    # The process that lost its device is gone before the next starts: it became (exec, the same pid) the driver,
+    # which holds no torch, so its memory and device context are not kept beside the fresh process's.
+    driver, driver_holds_torch = (run.out / "parent-test_after").read_text().split()
+    assert driver == _pid(run, "test_traps") and driver_holds_torch == "0"
     assert run.returncode == 1  # as one session with two failing tests would end
     assert "the 3 tests after it run in a fresh process" in run.output
     suite = (run.out / "junit.xml").read_text()
