@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -63,6 +64,7 @@ def run(first: Callable[[], int], before_exec: Callable[[], None]) -> int:
     os.environ[CONTINUE_FILE_ENV] = str(stop_file)
     status = first()
     if not stop_file.is_file():
+        shutil.rmtree(scratch, ignore_errors=True)
         return status
     state = scratch / "state.json"
     state.write_text(json.dumps({"status": status, "args": sys.argv[1:], "scratch": str(scratch)}))
@@ -90,6 +92,7 @@ def drive(state_file: Path) -> int:
             print(f"compile-ci: {why}: {len(left)} tests", flush=True)
             if junit is not None:
                 _add_not_run(junit, left, why)
+            shutil.rmtree(scratch, ignore_errors=True)
             return 1
         print(f"compile-ci: the device's context was lost in {left_info.get('after')} ({left_info.get('error')}); "
               f"the {len(left)} tests after it run in a fresh process ({part + 1} of at most {MAX_PROCESSES})",
@@ -105,6 +108,7 @@ def drive(state_file: Path) -> int:
         failed = failed or status == 1
         if junit is not None and part_junit.is_file():
             _merge(junit, part_junit)
+    shutil.rmtree(scratch, ignore_errors=True)
     return 1 if failed else status
 
 

@@ -61,7 +61,13 @@ def _repo(root: Path, traps: set[str], names: list[str], failing: set[str] = fro
 def _run(tmp_path: Path, traps: set[str], names: list[str], failing: set[str] = frozenset(),
          env: dict[str, str] | None = None) -> RepoRun:
     checkout = _repo(tmp_path / "repo", traps, names, failing)
-    return run_repo_tests(checkout, tmp_path / "work", extra_env={"PYTHONPATH": str(checkout), **(env or {})})
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    run = run_repo_tests(checkout, tmp_path / "work",
+                         extra_env={"PYTHONPATH": str(checkout), "TMPDIR": str(scratch), **(env or {})})
+    left = [p.name for p in scratch.iterdir() if p.name.startswith("compile-ci-continue-")]
+    assert not left, f"the continuation's scratch stayed behind: {left}"
+    return run
 
 
 def _pid(run: RepoRun, name: str) -> str:
