@@ -235,3 +235,27 @@ def test_a_continuation_keeps_the_op_families_the_earlier_process_recorded(tmp_p
         fresh = CoverageRecorder()
         fresh.take_earlier(earlier)
         assert fresh.report("cpu")["per_test"] == {}
+
+
+def test_merging_survives_a_first_process_that_left_no_or_a_broken_junit_file(tmp_path: Path) -> None:
+    """The first process can die in pytest itself (its file missing) or a test can overwrite it: the driver keeps
+    what it can and never stops on it (the service refuses a file that is not pytest's, as for any job)."""
+    import xml.etree.ElementTree as ET
+
+    from suites import continuation
+
+    part = tmp_path / "part.xml"
+    part.write_text('<testsuites><testsuite tests="1" failures="0" errors="0" skipped="0" time="1">'
+                    '<testcase classname="t" name="a" file="t.py"/></testsuite></testsuites>')
+    missing = tmp_path / "missing.xml"
+    continuation._merge(missing, part)
+    assert [c.get("name") for c in ET.parse(missing).getroot().iter("testcase")] == ["a"]
+    broken = tmp_path / "broken.xml"
+    broken.write_text("<not junit")
+    continuation._merge(broken, part)
+    assert broken.read_text() == "<not junit"
+    none = tmp_path / "none.xml"
+    continuation._add_not_run(none, ["tests/t.py::TestK::b"], "not run: why")
+    case = next(ET.parse(none).getroot().iter("testcase"))
+    assert (case.get("classname"), case.get("name"), case.find("error").get("message")) == \
+        ("tests.t.TestK", "b", "not run: why")
