@@ -103,6 +103,13 @@ _SPACE_CUDA = ("inductor's CUDA linspace/logspace give other values than ATen's 
                "float16)")
 _LOG_SOFTMAX_F64 = ("inductor's CUDA log_softmax with dtype=float64 is up to 65535 float64 ULPs (1.5e-11) from "
                     "ATen's, which is float64's own")
+# Judged on torch 2.11 on an H200 (2026-11-28, bench/ops_sweep.py --device cuda --select '__rmod__ or ...'): the
+# swapped-operand remainder differs where remainder does, and integer division by zero differs too. float16 and
+# int64 differ on 13 and 15 samples, of which the evidence names 8: listed for every sample.
+_RMOD_F16_CUDA = ("inductor's CUDA __rmod__ in float16 returns the other zero than ATen at 0.0 and -0.0 (samples "
+                  "14-16, 46, 61-63 of 13) and inf for inf % inf where ATen's is nan (45)")
+_RMOD_INT_CUDA = ("x % 0 of int64 on CUDA: ATen's kernel gives 4294967295, inductor's -1 (division by zero; samples "
+                  "5-7, 13-15, 50, 58 of 15)")
 _ZERO_SIGN_CUDA = ("inductor's CUDA maximum/fmax/clamp_max/frexp/remainder return the other zero than ATen at 0.0 and "
                    "-0.0")
 
@@ -133,6 +140,11 @@ KNOWN: tuple[Known, ...] = (
     *(Known(op, ("float32", "float16", "bfloat16"), CUDA, ("2.11",), _ZERO_SIGN_CUDA, samples=(10, 15, 24, 56))
       for op in ("maximum", "fmax", "clamp_max", "frexp")),
     Known("max_pool2d_with_indices_backward", ("float16", "bfloat16"), CUDA, ("2.11",), _MAX_POOL_BACKWARD_TRAP),
+    Known("__rmod__", ("float32",), CUDA, ("2.11",), _ZERO_SIGN_CUDA, samples=(15, 16, 62, 63)),
+    Known("__rmod__", ("float32", "bfloat16"), CUDA, ("2.11",), _REMAINDER_CUDA, samples=(16, 63)),
+    Known("__rmod__", ("float32", "bfloat16"), CUDA, ("2.11",), _REMAINDER_INF, samples=(45, 92)),
+    Known("__rmod__", ("float16",), CUDA, ("2.11",), _RMOD_F16_CUDA),
+    Known("__rmod__", ("int64",), CUDA, ("2.11",), _RMOD_INT_CUDA),
     Known("remainder", ("float16",), CUDA, ("2.11",), _ZERO_SIGN_CUDA,
           samples=(13, 14, 15, 16, 45, 46, 60, 61, 62, 63, 92, 93, 94, 95, 96, 99, 100)),
     Known("remainder", ("float32",), CUDA, ("2.11",), _ZERO_SIGN_CUDA, samples=(15, 62)),
