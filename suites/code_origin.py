@@ -8,7 +8,10 @@ import functools
 import hashlib
 import inspect
 import os
+import site
+import sys
 import sysconfig
+import time
 import types
 from collections.abc import Iterable
 from typing import Any
@@ -17,6 +20,8 @@ SUITES_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _MAX_FUNCTIONS = 400
 _stock_dirs: tuple[str, ...] = ()
 _torch_dir = "<torch not located yet>"
+_installed_dirs: tuple[str, ...] = ()
+_started = 0.0
 
 
 def set_stock_roots(torch: Any) -> None:
@@ -26,6 +31,37 @@ def set_stock_roots(torch: Any) -> None:
     roots = {os.path.dirname(torch.__file__), SUITES_DIR, sysconfig.get_paths()["stdlib"],
              sysconfig.get_paths()["platstdlib"]}
     _stock_dirs = tuple(os.path.realpath(r) + os.sep for r in roots)
+
+
+def set_installed_dirs(checkout: str) -> None:
+    """The site directories on the path when the job starts (before any of the repository's code): those holding
+    installed distributions (`*.dist-info`), outside the checkout. Code there is a requirement's, pinned by the
+    repository's config and the runner's build, not the repository's own."""
+    global _installed_dirs, _started
+    inside = os.path.realpath(checkout) + os.sep if checkout else None
+    found = []
+    for entry in {*sys.path, *site.getsitepackages()}:
+        real = os.path.realpath(entry or ".") + os.sep
+        if inside is not None and (real.startswith(inside) or inside.startswith(real)):
+            continue
+        try:
+            if any(name.endswith(".dist-info") for name in os.listdir(real)):
+                found.append(real)
+        except OSError:
+            continue
+    _installed_dirs, _started = tuple(found), time.time()
+
+
+def is_installed(where: str) -> bool:
+    """Whether a change's `file:line` is code of an installed distribution (a file that existed at the job's start
+    in one of its site directories): a requirement's patch of torch, which runs or not with the tests that use it."""
+    path = where.rsplit(":", 1)[0]
+    if not os.path.isabs(path) or not path.startswith(_installed_dirs) or is_torch(path):
+        return False
+    try:
+        return os.stat(path).st_mtime < _started
+    except OSError:
+        return False
 
 
 def is_ours(filename: str) -> bool:

@@ -1,9 +1,8 @@
 """The compiler surface a repository changes at run time: anything in torch's compiler packages that differs from
 torch's own at compile time. It keys torch's compile caches, aims the op sweep, and is recorded for the service.
 
-Torch's FX-graph and AOT-autograd caches key a graph by the graph, inductor's config, custom passes' `uuid()` and
-torch's own sources; not by Python that changes torch's compiler while it runs. So a pull request that breaks such
-a patch would be served the kernels its default branch compiled (a false green). Here, in the job:
+Torch's caches do not key a graph by Python that changes torch's compiler while it runs: a pull request that breaks
+such a patch would be served its default branch's kernels (a false green). Here, in the job:
 
 - `install()`, before any code of the repository runs (suites/pytest_entry.py), snapshots torch as torch defines
   it: every module of torch (the compiler packages and what they import), their classes and functions
@@ -12,17 +11,10 @@ a patch would be served the kernels its default branch compiled (a false green).
 - Before every inductor compile, `refresh_tag()` diffs torch against the snapshot. Whatever differs and is not
   torch's own run-time state (surface_rules.py says how that is told) is the repository's change (`changes()`):
   hashed, with the content of the files its code comes from (code_origin.py), into
-  `torch.compiler.config.cache_key_tag` (`compile-ci-surface-<hash>`, after the repository's own tag). A repository
-  that changes nothing keeps the untagged key and every hit. Also counted: pattern registrations, entries of
-  torch's pattern passes changed in place and passes in inductor's config from outside torch
-  (surface_registrations.py), torch files that differ from the runner's, and native code the repository loaded
-  (surface_files.py): then every compile gets a tag of its own (no hit at all).
-
-Interfaces: `install()`, `installed()`, `fingerprint() -> str` ('' when nothing changed), `refresh_tag()`,
-`changes() -> list[Change]`, `restored()` (a context manager: torch's own objects back in every changed place for
-its duration, the repository's after), `write_record(path)` (surface.json, see suites/README.md), and for the op
-sweep `changed_entries()`, `changed_overrides()`, `sources()`, `entry_sources()`, `override_sources()`,
-`pattern_sources()`, `space_changes()`.
+  `torch.compiler.config.cache_key_tag` (`compile-ci-surface-<hash>`, after the repository's own tag; none when
+  nothing changed). Also counted: pattern registrations, pattern entries changed in place, config passes from
+  outside torch (surface_registrations.py), torch files that differ, native code loaded (surface_files.py: a tag of
+  its own, no hit). Interfaces: suites/README.md.
 """
 
 from __future__ import annotations
@@ -44,6 +36,7 @@ from suites.surface_tables import TABLES, Table, tables_of
 
 PREFIX = "compile-ci-surface-"
 TEXT_LIMIT = 300  # the longest name of native code in the job's log
+_warn = functools.partial(print, "compile-ci:", file=sys.stderr)
 @dataclass
 class _State:
     snapshot: Snapshot
@@ -75,12 +68,8 @@ def install() -> None:
     surface_watch.watch_functions()
     torch_dir = os.path.dirname(torch.__file__)
     snapshot = Snapshot(os.path.realpath(torch_dir) + os.sep)
-    caches = [os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""), os.environ.get("TRITON_CACHE_DIR", ""),
-              os.path.join(os.environ.get("TMPDIR", "/tmp"), f"torchinductor_{os.environ.get('USER', '')}")]
     _state = _State(snapshot, surface_rules.Writes(snapshot.functions), surface_files.TorchFiles(torch_dir),
-                    surface_files.NativeCode(torch_dir, caches),
-                    surface_files.torch_location_problem(torch_dir, os.environ.get("COMPILE_CI_CHECKOUT", "")),
-                    [], {}, os.urandom(8).hex())
+                    *_of_this_process(torch_dir), [], {}, os.urandom(8).hex())
     for module in TABLES:
         surface_imports.after_import(module, _add_tables)
     for module in surface_registrations.CONFIG_MODULES:
@@ -93,6 +82,23 @@ def install() -> None:
         _add_entries(name)
     finder = surface_imports.Finder(_guarded(_state.snapshot.diff), _guarded(_loaded), _guarded(_absorb))
     surface_imports.install(finder)
+
+
+def _of_this_process(torch_dir: str) -> tuple[surface_files.NativeCode, str]:
+    """What the job's environment decides: the caches its native code may come from, where torch is imported from."""
+    caches = [os.environ.get("TORCHINDUCTOR_CACHE_DIR", ""), os.environ.get("TRITON_CACHE_DIR", ""),
+              os.path.join(os.environ.get("TMPDIR", "/tmp"), f"torchinductor_{os.environ.get('USER', '')}")]
+    code_origin.set_installed_dirs(os.environ.get("COMPILE_CI_CHECKOUT", ""))
+    return (surface_files.NativeCode(torch_dir, caches),
+            surface_files.torch_location_problem(torch_dir, os.environ.get("COMPILE_CI_CHECKOUT", "")))
+
+
+def forked() -> None:
+    """A job forked from a warm interpreter (suites/warm_process.py; nothing of any repository ran there): what
+    `install()` took from the environment taken again, with a token of its own."""
+    assert _state is not None
+    _state.native, _state.location = _of_this_process(os.path.dirname(sys.modules["torch"].__file__ or ""))
+    _state.token = os.urandom(8).hex()
 
 
 def installed() -> bool:
@@ -203,16 +209,17 @@ def _other_changes() -> list[Change]:
     return found
 
 
-def fingerprint() -> str:
+def fingerprint(reuse: bool = False) -> str:
     """'' when the repository changed nothing in the compiler; else a hash of what it changed and the code behind it
-    (this process's own token when it loaded native code: no other job's key can match)."""
+    (this process's own token when it loaded native code). `reuse`: without what installed distributions changed
+    (code_origin.is_installed: it depends on the tests a process ran), as reused results are checked (suites/README)."""
     assert _state is not None, "install() first"
     if _state.broken:
         raise RuntimeError(_state.broken)
     others = _other_changes()
     if any(change.kind == "native code" for change in others):
         return f"native-{_state.token}"
-    lines = {line for _d, _change, line in _judged()}
+    lines = {line for _d, change, line in _judged() if not (reuse and code_origin.is_installed(change.where))}
     # A registration by the content of its file (not its path: the same patch imported from elsewhere hits).
     lines |= {f"{c.place} {c.kind} {'' if c.kind == 'added' else c.where} {','.join(sorted(c.sources))}"
               for c in others}
@@ -242,10 +249,6 @@ def refresh_tag() -> str:
     _state.last_set = f"{_state.user_tag}{PREFIX}{ours}" if ours else _state.user_tag
     torch.compiler.config.cache_key_tag = _state.last_set
     return ours
-
-
-def _warn(message: str) -> None:
-    print(f"compile-ci: {message}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -279,8 +282,6 @@ def _wrap_compile_fx(module: types.ModuleType) -> None:
 
 after_import = surface_imports.after_import  # callback(module) once imported, before the snapshot takes it
 
-
-# The op sweep's view and the job's record, over the functions above.
 from suites.surface_record import write_record  # noqa: E402
 from suites.surface_sweep import (  # noqa: E402
     OVERRIDE_CLASSES,
@@ -294,5 +295,5 @@ from suites.surface_sweep import (  # noqa: E402
 )
 
 __all__ = ["Change", "KINDS", "OVERRIDE_CLASSES", "PREFIX", "changed_entries", "changed_overrides", "changes",
-           "entry_sources", "fingerprint", "install", "installed", "override_sources", "pattern_sources",
+           "entry_sources", "fingerprint", "forked", "install", "installed", "override_sources", "pattern_sources",
            "refresh_tag", "restored", "sources", "space_changes", "write_record"]

@@ -14,10 +14,10 @@ def write_record(path: str) -> None:
     """The fingerprint and at most RECORD_LIMIT changes (`omitted` counts the rest)."""
     found = compiler_surface.changes()
     try:
-        fingerprint = compiler_surface.fingerprint()
+        fingerprint, reuse = compiler_surface.fingerprint(), compiler_surface.fingerprint(reuse=True)
     except Exception as exc:  # noqa: BLE001 - as refresh_tag: unknown is not "unchanged"
-        fingerprint = f"unknown ({exc!r})"
-    record = {"fingerprint": fingerprint[:TEXT_LIMIT],
+        fingerprint = reuse = f"unknown ({exc!r})"
+    record = {"fingerprint": fingerprint[:TEXT_LIMIT], "reuse": reuse[:TEXT_LIMIT],
               "changes": [{"place": c.place[:TEXT_LIMIT], "kind": c.kind, "where": c.where[:TEXT_LIMIT]}
                           for c in found[:RECORD_LIMIT]],
               "omitted": max(0, len(found) - RECORD_LIMIT)}

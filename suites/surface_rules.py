@@ -32,6 +32,7 @@ import dis
 import functools
 import gc
 import re
+import sys
 import types
 from collections.abc import Iterable
 from typing import Any
@@ -130,6 +131,8 @@ def judge(difference: Difference, writes: Writes) -> bool:
         return False  # compile-ci's own wrapper, put back or wrapping nothing of torch's
     if difference.slot in ("sys.modules", "facet"):
         return True
+    if _own_submodule(difference):
+        return False  # the import system binding torch's own submodule on its package (torch.onnx.symbolic_helper)
     if difference.slot == "table":
         return difference.kind != "added" or bool(code_origin.origin(new))
     if difference.kind == "added":
@@ -139,6 +142,17 @@ def judge(difference: Difference, writes: Writes) -> bool:
     if is_code(old) or (is_code(new) and code_origin.origin(new)):
         return True
     return not writes.written(_variable(difference))
+
+
+def _own_submodule(difference: Difference) -> bool:
+    """A package's attribute now the submodule of that name, as `sys.modules` holds it and from torch's files: what
+    `import torch.x.y` binds, whoever imports it (torch.onnx's alias of an internal module, replaced by its shim)."""
+    new, owner = difference.new, difference.owner
+    if difference.slot != "module" or not isinstance(new, types.ModuleType) or not isinstance(owner, types.ModuleType):
+        return False
+    name = f"{owner.__name__}.{difference.name}"
+    return (getattr(new, "__name__", None) == name and sys.modules.get(name) is new
+            and code_origin.is_torch(getattr(new, "__file__", None) or ""))
 
 
 def _wraps(new: Any, old: Any) -> bool:

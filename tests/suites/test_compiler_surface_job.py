@@ -104,7 +104,8 @@ def test_the_control_changes_nothing_and_keeps_every_key(tmp_path: Path) -> None
     command = [*pytest_command(sys.executable, tmp_path / "junit.xml"), str(checkout / "tests")]
     done = subprocess.run(command, cwd=checkout, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
-    assert json.loads((out / "surface.json").read_text()) == {"fingerprint": "", "changes": [], "omitted": 0}
+    assert json.loads((out / "surface.json").read_text()) == {"fingerprint": "", "reuse": "", "changes": [],
+                                                                  "omitted": 0}
 
 
 def test_native_code_torch_files_and_the_record(tmp_path: Path) -> None:

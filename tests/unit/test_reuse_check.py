@@ -61,6 +61,11 @@ def write(out: Path, data: object) -> None:
     ([], None),
     ("not json", None),
     ('{"fingerprint": NaN}', None),
+    # What reused results are checked by: `reuse` (installed requirements' own patches left out) when written.
+    ({"fingerprint": "0123456789abcdef0123456789abcdef", "reuse": ""}, ""),
+    ({"fingerprint": "", "reuse": "fedcba9876543210fedcba9876543210"}, "fedcba9876543210fedcba9876543210"),
+    ({"fingerprint": "", "reuse": "<b>"}, None),  # a bad `reuse` is unsure, never the other field
+    ({"fingerprint": "", "reuse": None}, None),
 ])
 def test_a_jobs_surface_file_is_read_bounded_and_checked_for_shape(tmp_path: Path, content: object,
                                                                    read: str | None) -> None:
