@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from runners import header_seed
+from runners import header_seed, warm_start
 from runners.compile_cache import JobCache, open_job_cache, process_alive, slug
 from runners.gpus import gpu_job_env, visible_devices
 from runners.job_log import LogSink
@@ -56,8 +56,9 @@ class LocalRunner:
 
     name = "local"
 
-    def __init__(self, python: str = "", gpus: tuple[str, ...] = ()) -> None:
+    def __init__(self, python: str = "", gpus: tuple[str, ...] = (), warm: bool = True) -> None:
         self.python = python or sys.executable
+        self.warm = warm  # COMPILE_CI_WARM_START: jobs forked from the host's warm interpreter (runners/warm_start.py)
         self.gpus = gpus  # COMPILE_CI_GPUS: what a cuda job may see (empty: every GPU of the host)
         self._torch: str | None = None
         self._seeds: dict[str, Path | None] = {}
@@ -136,14 +137,17 @@ class LocalRunner:
                 # DockerRunner's mount at /tmp/torchinductor_runner avoids (runners/docker_container.py).
                 (scratch / f"torchinductor_{_USER}").symlink_to(cache.directory, target_is_directory=True)
             with LogSink(spec.log_path, spec.log_mb << 20) as log:
+                command = [map_paths(arg, paths) for arg in spec.command]
                 try:
-                    proc = subprocess.Popen(
-                        [map_paths(arg, paths) for arg in spec.command], cwd=scratch, env=env,
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
+                    proc: subprocess.Popen[bytes] | warm_start.WarmJob = (self.warm and warm_start.start(
+                        self.python, command, scratch, env)) or subprocess.Popen(
+                        command, cwd=scratch, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL, start_new_session=True)
                 except OSError as exc:
                     return RunResult(None, time.monotonic() - start, infra_error=f"cannot start job: {exc}")
+                if isinstance(proc, warm_start.WarmJob):
+                    log.write(f"[compile-ci] the job's process {proc.pid} was forked from this host's warm "
+                              "interpreter (torch, dynamo, inductor and pytest imported once)\n".encode())
                 assert proc.stdout is not None
                 pump = threading.Thread(target=_pump, args=(proc.stdout, log), daemon=True)
                 pump.start()
@@ -169,6 +173,9 @@ class LocalRunner:
             return RunResult(None, duration, infra_error=f"the worker could not save the job's files: {exc}")
         finally:
             shutil.rmtree(private, ignore_errors=True)
+        if isinstance(proc, warm_start.WarmJob) and proc.lost and outcome == "exited":
+            return RunResult(None, duration, infra_error="the warm interpreter that started the job ended under it",
+                             output=report)
         if outcome == "over quota":
             report = OutputReport(report.files, report.bytes, report.problems, report.problem_count, True)
         return RunResult(proc.returncode, duration, timed_out=outcome == "timeout",
@@ -180,8 +187,8 @@ def _pump(stream: IO[bytes], log: LogSink) -> None:
         log.write(chunk)
 
 
-def _wait(proc: subprocess.Popen[bytes], spec: RunSpec, should_cancel: ShouldCancel | None, job_out: Path,
-          watch: LayerWatch) -> str:
+def _wait(proc: subprocess.Popen[bytes] | warm_start.WarmJob, spec: RunSpec, should_cancel: ShouldCancel | None,
+          job_out: Path, watch: LayerWatch) -> str:
     deadline = time.monotonic() + spec.timeout_s
     measured = time.monotonic()
     while True:
@@ -211,7 +218,7 @@ def _copy_progress(job_out: Path, dest: Path) -> None:
         pass  # not written yet, or not a plain small file: no progress shown
 
 
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+def _kill_group(proc: subprocess.Popen[bytes] | warm_start.WarmJob) -> None:
     """Stop the job and everything it spawned (compile workers, test subprocesses)."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)

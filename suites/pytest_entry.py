@@ -22,16 +22,25 @@ import os
 import sys
 
 
-def main() -> int:
-    in_job = bool(os.environ.get("COMPILE_CI_OUTPUT_DIR"))  # suites/plugin.py's OUTPUT_ENV
-    if in_job:
-        from suites import compiler_surface, source_keys
+def prepare() -> None:
+    """What a job's process does before anything of the repository runs: the surface's snapshot, the source keys."""
+    from suites import compiler_surface, source_keys
 
-        compiler_surface.install()
-        keys = source_keys.load()
-        if keys is not None:
-            compiler_surface.after_import("torch._inductor.codecache",
-                                          lambda codecache: source_keys.apply(keys, codecache))
+    compiler_surface.install()
+    keys = source_keys.load()
+    if keys is not None:
+        compiler_surface.after_import("torch._inductor.codecache", lambda codecache: source_keys.apply(keys, codecache))
+
+
+def main(forked: bool = False) -> int:
+    """`forked`: this process was forked from a warm interpreter that ran `prepare()` (suites/warm_process.py)."""
+    in_job = bool(os.environ.get("COMPILE_CI_OUTPUT_DIR"))  # suites/plugin.py's OUTPUT_ENV
+    if in_job and forked:
+        from suites import compiler_surface
+
+        compiler_surface.forked()
+    elif in_job:
+        prepare()
     import pytest
 
     if in_job:  # a session that loses its device context leaves its tests to fresh processes (suites/continuation.py)

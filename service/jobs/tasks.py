@@ -68,7 +68,7 @@ def select_runner(settings: Settings, claims: Leases | None = None) -> Runner:
     containers, and running ones whose job lease no live worker holds.
     """
     if settings.runner == "local":
-        return LocalRunner(settings.runner_python, settings.gpus)
+        return LocalRunner(settings.runner_python, settings.gpus, settings.warm_start)
     # Imported here: a worker that never uses Docker needs neither the SDK nor an engine.
     from runners.docker_runner import DockerRunner
 
@@ -78,7 +78,7 @@ def select_runner(settings: Settings, claims: Leases | None = None) -> Runner:
         docker_runner.sweep_leftovers_quietly(orphaned_jobs(claims) if claims is not None else None)
         return docker_runner
     log.warning("COMPILE_CI_RUNNER=auto: no Docker engine answers; jobs run with LocalRunner on this host")
-    return LocalRunner(settings.runner_python, settings.gpus)
+    return LocalRunner(settings.runner_python, settings.gpus, settings.warm_start)
 
 
 def _retry_later(task: Task, exc: TransientGitHubError) -> None:

@@ -1,0 +1,99 @@
+"""A LocalRunner job forked from the host's warm interpreter against the same job started fresh (runners/warm_start.py).
+
+A one-test job of a sample repository (one compile, over a warm trusted cache), through the real LocalRunner, pairs
+interleaved (fresh, forked) after one unmeasured job that fills the cache and starts the warm interpreter: each
+job's wall (runner.run) and the CPU time of its processes (what the job's reaper gained in children's time: the
+runner for a fresh job, the warm interpreter for a forked one). From the repository root:
+`python -m bench.warm_start [--pairs 5] [--out DIR]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from runners import warm_start
+from runners.compile_cache import TRUSTED, CacheScope
+from runners.local import LocalRunner
+from runners.protocol import RunSpec
+from service.jobs.pipeline import pytest_command
+
+ROOT = Path(__file__).resolve().parents[1]
+TEST = '''
+import torch
+
+
+def test_compiles():
+    f = torch.compile(lambda x: torch.nn.functional.gelu(x) * 2 + torch.sin(x))
+    x = torch.linspace(-3, 3, 64)
+    torch.testing.assert_close(f(x), torch.nn.functional.gelu(x) * 2 + torch.sin(x))
+'''
+
+
+def _children_cpu(pid: int) -> float:
+    """User + system seconds of a process's reaped children (/proc/<pid>/stat's cutime and cstime)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def one(runner: LocalRunner, repo: Path, out: Path, warm: bool, expect_forked: bool) -> dict[str, float]:
+    runner.warm = warm
+    command = (*pytest_command(runner.python, out / "junit.xml"), "--rootdir", str(repo), str(repo / "tests"))
+    env = {"COMPILE_CI_DEVICE": "cpu", "COMPILE_CI_CHECKOUT": str(repo), "COMPILE_CI_OUTPUT_DIR": str(out),
+           "COMPILE_CI_TARGETS": "{}", "COMPILE_CI_DEADLINE": str(int(time.time() + 600))}
+    reapers = [os.getpid(), *(w.proc.pid for w in warm_start._pool.values())]  # a forked job is the warm one's child
+    before = sum(map(_children_cpu, reapers))
+    started = time.monotonic()
+    result = runner.run(RunSpec(job_id=out.name, command=command, checkout_dir=repo, output_dir=out, timeout_s=600,
+                                env=env, cache=CacheScope(repo.parent / "cache", "bench", TRUSTED, None),
+                                suites_dir=ROOT / "suites"))
+    wall = time.monotonic() - started
+    cpu = sum(map(_children_cpu, reapers)) - before
+    forked = "forked from this host's warm interpreter" in (out / "log.txt").read_text(errors="replace")
+    if result.exit_code != 0 or forked != expect_forked:
+        raise SystemExit(f"{out.name}: exit {result.exit_code}, forked {forked}:\n"
+                         f"{(out / 'log.txt').read_text()[-3000:]}")
+    return {"wall": wall, "cpu": cpu}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="compile-ci-bench-warm-"))
+    (root / "repo" / "tests").mkdir(parents=True)
+    (root / "repo" / "tests" / "test_one.py").write_text(TEST)
+    runner = LocalRunner()
+    # Unmeasured: fills the trusted cache and, finding no warm interpreter for its environment, starts one.
+    one(runner, root / "repo", root / "fill", True, False)
+    rows: dict[str, list[dict[str, float]]] = {"fresh": [], "forked": []}
+    for index in range(args.pairs):
+        for kind in ("fresh", "forked"):
+            if kind == "forked" and not warm_start.wait_until_ready(120):
+                raise SystemExit("the warm interpreter did not start")
+            rows[kind].append(one(runner, root / "repo", root / f"{kind}{index}", kind == "forked", kind == "forked"))
+            print(f"pair {index + 1} {kind}: wall {rows[kind][-1]['wall']:.2f} s, cpu {rows[kind][-1]['cpu']:.2f} s",
+                  flush=True)
+    report = {"host": {"cpus": os.cpu_count(), "machine": platform.machine(), "load_average": os.getloadavg()},
+              "pairs": args.pairs, "rows": rows,
+              "median": {k: {m: round(statistics.median(r[m] for r in v), 2) for m in ("wall", "cpu")}
+                         for k, v in rows.items()}}
+    print(json.dumps(report["median"]))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "warm_start.json").write_text(json.dumps(report, indent=2))
+    warm_start.close_all()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""LocalRunner's warm interpreters: a job's process forked from one that imported torch, dynamo, inductor and pytest
+once for the host (suites/warm_process.py), instead of a fresh interpreter paying them for every job and shard.
+
+Which jobs: the job's own command (`<the runner's python> -m suites.pytest_entry ...`, not an install's wrapper),
+and only from a warm interpreter whose environment equals the job's but for the variables a forked child takes
+itself (JOB_VARIABLES: its directories, caches, GPUs and compile-ci's per-job settings), so whatever torch read at
+import is what it would read in the job. One interpreter per such environment and runner python (at most
+MAX_WARM, the oldest retired), started by the first job that finds none, which itself runs fresh, as does every job
+while the interpreter imports, when it says it cannot be forked (a thread, a CUDA driver loaded), when the
+checkout has a top-level module of the name of one imported after torch (a fresh process could import the
+checkout's); none when the worker's `COMPILE_CI_WARM_START` is false (LocalRunner's `warm`).
+
+The warm interpreter's HOME, TMPDIR and caches are an empty directory of its own; a job that leaves anything there
+(something imported kept a path of the warm interpreter's) retires it. The handle a job gets stands in for a
+`subprocess.Popen`: `pid` (its own session and process group), `stdout`, `wait()`, `returncode`; `lost` when the
+warm interpreter died under it (the job's process group is then killed by the runner, as on any end).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+log = logging.getLogger(__name__)
+
+ENTRY = "suites.pytest_entry"
+JOB_VARIABLES = frozenset({"HOME", "TMPDIR", "USER", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
+                           "CUDA_VISIBLE_DEVICES"})
+SHARED_COMPILE_CI = frozenset({"COMPILE_CI_SOURCE_KEYS"})  # compile-ci variables read before the fork: host-wide
+MAX_WARM = 4
+MESSAGE_MAX = 1 << 20
+START_TIMEOUT_S = 60.0
+SHADOW_SCAN_LIMIT = 20_000
+
+
+def per_job(name: str) -> bool:
+    return name in JOB_VARIABLES or (name.startswith("COMPILE_CI_") and name not in SHARED_COMPILE_CI)
+
+
+class WarmJob:
+    """A job's process forked by a warm interpreter; what the runner needs of a `subprocess.Popen`."""
+
+    def __init__(self, stdout: IO[bytes]) -> None:
+        self.pid = 0
+        self.stdout = stdout
+        self.returncode: int | None = None
+        self.lost = False
+        self.started = threading.Event()
+        self._done = threading.Event()
+
+    def finish(self, status: int, lost: bool = False) -> None:
+        self.returncode, self.lost = status, lost
+        self.started.set()
+        self._done.set()
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._done.wait(timeout):
+            raise subprocess.TimeoutExpired(f"warm job {self.pid}", timeout or 0)
+        assert self.returncode is not None
+        return self.returncode
+
+
+class Warm:
+    """One warm interpreter: its process, its socket, the jobs it started that have not ended."""
+
+    def __init__(self, python: str, env: Mapping[str, str]) -> None:
+        self.home = Path(tempfile.mkdtemp(prefix="compile-ci-warm-"))
+        (self.home / "home").mkdir()
+        here, there = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        own = {**env, "HOME": str(self.home / "home"), "TMPDIR": str(self.home / "home"),
+               "TORCHINDUCTOR_CACHE_DIR": str(self.home / "home" / "inductor"),
+               "TRITON_CACHE_DIR": str(self.home / "home" / "triton")}
+        with open(self.home / "warm.log", "wb") as output:
+            self.proc = subprocess.Popen([python, "-m", "suites.warm_process", str(there.fileno())], env=own,
+                                         cwd=self.home, pass_fds=(there.fileno(),), stdin=subprocess.DEVNULL,
+                                         stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+        there.close()
+        self.sock = here
+        self.ready = threading.Event()
+        self.why = "starting"
+        self.late: frozenset[str] = frozenset()
+        self.jobs: dict[int, WarmJob] = {}
+        self.next_id = 0
+        self.retired = False
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, name="warm-start-reader", daemon=True).start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(MESSAGE_MAX)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            message: dict[str, Any] = json.loads(data)
+            if message.get("ready"):
+                self.why, self.late = str(message.get("why", "")), frozenset(message.get("late", ()))
+                self.ready.set()
+                if self.why:
+                    log.info("warm start: jobs start fresh: %s", self.why)
+                continue
+            with self.lock:
+                job = self.jobs.get(message.get("id", -1))
+            if job is None:
+                continue
+            if "pid" in message:
+                job.pid = int(message["pid"])
+                job.started.set()
+            elif "status" in message or "error" in message:
+                with self.lock:
+                    self.jobs.pop(message["id"], None)
+                job.finish(int(message.get("status", 1)))
+                self._after_job()
+        self.why = self.why if self.why != "starting" else "the warm interpreter ended while it imported"
+        self.ready.set()
+        with self.lock:
+            left, self.jobs = list(self.jobs.values()), {}
+        for job in left:
+            job.finish(-9, lost=True)
+
+    def _after_job(self) -> None:
+        """A job that left anything in the warm interpreter's own directory retires it: no job starts from it again,
+        and it ends once its last job has."""
+        written = sorted(p.name for p in (self.home / "home").iterdir())
+        if written and not self.retired:
+            self.retired, self.why = True, "a job wrote to the warm interpreter's own directory"
+            log.warning("warm start: retired: %s (%s)", self.why, ", ".join(written)[:300])
+        if self.retired:
+            self.retire(self.why)
+
+    def retire(self, why: str) -> None:
+        """No job starts from it again; it ends once its last job has."""
+        self.retired, self.why = True, why
+        with self.lock:
+            idle = not self.jobs
+        if idle:
+            self.close()
+
+    def start(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> WarmJob | None:
+        request = {"argv": list(argv), "cwd": str(cwd), "env": dict(env)}
+        read, write = os.pipe()
+        job = WarmJob(os.fdopen(read, "rb"))
+        with self.lock:
+            self.next_id += 1
+            request["id"] = self.next_id
+            payload = json.dumps(request).encode()
+            if len(payload) > MESSAGE_MAX or self.why:
+                os.close(write)
+                job.stdout.close()
+                return None
+            self.jobs[self.next_id] = job
+            try:
+                socket.send_fds(self.sock, [payload], [write])
+            except OSError:
+                self.jobs.pop(self.next_id, None)
+                job.stdout.close()
+                return None
+            finally:
+                os.close(write)
+        if not job.started.wait(START_TIMEOUT_S):
+            self.retire("the warm interpreter did not answer")
+        return job if job.pid else None
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.sock.close()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+_pool: dict[tuple[str, tuple[tuple[str, str], ...]], Warm] = {}
+_pool_lock = threading.Lock()
+
+
+def start(python: str, command: Sequence[str], cwd: Path, env: Mapping[str, str]) -> WarmJob | None:
+    """The job forked from a warm interpreter, or None: start it fresh (the first job of an environment starts the
+    interpreter for the next ones)."""
+    if list(command[:3]) != [python, "-m", ENTRY] or not env.get("COMPILE_CI_OUTPUT_DIR"):
+        return None
+    shared = tuple(sorted((k, v) for k, v in env.items() if not per_job(k)))
+    key = (python, shared)
+    with _pool_lock:
+        warm = _pool.get(key)
+        if warm is None or warm.retired:
+            if len(_pool) >= MAX_WARM:
+                _pool.pop(next(iter(_pool))).retire("more environments than MAX_WARM")
+            _pool[key] = Warm(python, dict(shared))
+            return None
+    if not warm.ready.is_set() or warm.why or shadows(env.get("COMPILE_CI_CHECKOUT", ""), warm.late):
+        return None
+    return warm.start(command[3:], cwd, env)
+
+
+def shadows(checkout: str, late: frozenset[str]) -> bool:
+    """Whether the checkout holds a module or package named like one the warm interpreter imported after torch (or
+    more entries than are worth reading: then say yes)."""
+    if not checkout or not late:
+        return False
+    seen = 0
+    for _root, dirs, files in os.walk(checkout):
+        seen += len(dirs) + len(files)
+        if seen > SHADOW_SCAN_LIMIT:
+            return True
+        names = set(dirs) | {name.partition(".")[0] for name in files if name.endswith((".py", ".so", ".pyc"))}
+        if names & late:
+            return True
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+    return False
+
+
+def wait_until_ready(timeout: float) -> bool:
+    """Whether every warm interpreter started has finished its imports within `timeout` (tests, benches)."""
+    with _pool_lock:
+        started = list(_pool.values())
+    return all(warm.ready.wait(timeout) for warm in started)
+
+
+@atexit.register
+def close_all() -> None:
+    with _pool_lock:
+        for warm in _pool.values():
+            warm.close()
+        _pool.clear()

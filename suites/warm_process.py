@@ -1,0 +1,207 @@
+"""A warm interpreter for a host's jobs: torch, dynamo, inductor and pytest imported once, each job a fork of it.
+
+Every job's process pays the same imports first (about 5 s of CPU on the 2-core host, 3.8 s of a shard's wall:
+docs/benchmarks.md, "a job's fixed cost"). A LocalRunner (runners/warm_start.py) starts this module with the
+environment every job of its host shares and a socket; it imports what `suites.pytest_entry` would (its
+`prepare()`: the compiler surface's snapshot of torch as torch defines it, the source keys), then dynamo, inductor
+and pytest under that snapshot's import hook, and says whether it can be forked (no Python thread, no CUDA driver
+loaded). For each job the runner sends the job's arguments, directory and environment with its output pipe; this
+process forks, and the child becomes the job: its own session, the pipe as stdout and stderr, no other descriptor,
+the job's directory and environment (the variables the runner keys warm interpreters by are the same by
+construction), the random generators seeded afresh, `tempfile` told to look again, the surface's per-process parts
+taken again (`compiler_surface.forked()`), and then `pytest_entry.main()`. The runner gets the child's pid and, once
+this process has reaped it, its exit status.
+
+Nothing of a repository ever runs here before a fork, and a job cannot reach back: this process is not dumpable
+(no ptrace, no /proc/<pid>/mem for the job's uid), each child is made dumpable again, and the socket is closed in
+it. Protocol (SOCK_SEQPACKET, one JSON object per message): to the runner `{"ready": true, "why": "", "late":
+[...]}` (why: '' when forkable; late: the top-level modules imported after torch, which a checkout must not shadow),
+`{"id": N, "pid": P}`, `{"id": N, "status": S}`; from it `{"id": N, "argv": [...], "cwd": "...", "env": {...}}` with
+the job's output descriptor. Run as `python -m suites.warm_process FD`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+import traceback
+from typing import Any
+
+MESSAGE_MAX = 1 << 20
+PR_SET_DUMPABLE = 4
+_SHOWN: list[str] = []  # what the warm-up's imports warned, shown again in each job's output as a fresh one shows it
+
+
+def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.send(json.dumps(message).encode())
+
+
+def warm_up() -> tuple[str, list[str], list[str]]:
+    """Import what a fresh job's process has imported when the repository's first code runs, and nothing more (its
+    lazy imports, dynamo's and inductor's among them, stay the job's: a repository's conftest may set their
+    variables or register what they read at import, and their warnings belong to its tests); (why this process
+    cannot be forked or '', the modules imported after torch, the warnings these imports showed)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("default")
+        from suites import pytest_entry
+
+        pytest_entry.prepare()
+        import torch
+
+        before = {name.partition(".")[0] for name in sys.modules}
+        import pytest  # noqa: F401
+
+        # suites.plugin's own imports (not the plugin: it reads the job's variables when imported)
+        from suites import device_context, job_files, log_sections, naming, reruns, sharding  # noqa: F401
+    late = sorted({name.partition(".")[0] for name in sys.modules} - before)
+    text = [warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line) for w in shown]
+    return _unforkable(torch), late, text
+
+
+def _unforkable(torch: Any) -> str:
+    if threading.active_count() > 1:
+        return f"{threading.active_count() - 1} Python thread(s) run in the warm interpreter"
+    if torch.cuda.is_initialized():
+        return "CUDA is initialised in the warm interpreter"
+    # The driver's library may be loaded (torch maps libcuda at import on a CUDA host); a fork is unsafe only once
+    # the driver was initialised, which opens and maps the /dev/nvidia* devices, whoever called it.
+    with open("/proc/self/maps") as maps:
+        mapped = any("/dev/nvidia" in line for line in maps)
+    opened = any("/dev/nvidia" in _link(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd"))
+    return "the CUDA driver is initialised in the warm interpreter" if mapped or opened else ""
+
+
+def _link(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
+
+
+def _set_dumpable(value: int) -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, value, 0, 0, 0)
+
+
+def serve(sock: socket.socket) -> None:
+    jobs: dict[int, int] = {}  # pid -> the runner's id
+    open_ = True
+    while open_ or jobs:
+        ready, _, _ = select.select([sock] if open_ else [], [], [], 0.05)
+        if ready:
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(sock, MESSAGE_MAX, 1)
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                open_ = False  # the runner is gone: its jobs' statuses have no one to go to
+                for fd in fds:
+                    os.close(fd)
+                break
+            _start(sock, json.loads(data), fds, jobs)
+        _reap(sock, jobs)
+
+
+def _start(sock: socket.socket, request: dict[str, Any], fds: list[int], jobs: dict[int, int]) -> None:
+    if len(fds) != 1:
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"id": request.get("id"), "error": "no output descriptor"})
+        return
+    pid = os.fork()
+    if pid == 0:
+        _become(sock, request, fds[0])  # never returns
+    os.close(fds[0])
+    jobs[pid] = request["id"]
+    _send(sock, {"id": request["id"], "pid": pid})
+
+
+def _reap(sock: socket.socket, jobs: dict[int, int]) -> None:
+    while jobs:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid in jobs:
+            try:
+                _send(sock, {"id": jobs.pop(pid), "status": os.waitstatus_to_exitcode(status)})
+            except OSError:
+                pass
+
+
+def _become(sock: socket.socket, request: dict[str, Any], out: int) -> None:
+    status = 1
+    try:
+        sock.close()
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.closerange(3, 1 << 16)
+        for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(number, signal.SIG_DFL)
+        _set_dumpable(1)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        sys.path[0] = request["cwd"]
+        _fresh_state()
+        sys.stderr.write("".join(_SHOWN))
+        from suites import pytest_entry
+
+        sys.argv = [pytest_entry.__file__, *request["argv"]]
+        status = pytest_entry.main(forked=True)
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - the job's process ends here whatever happened
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(status)
+
+
+def _fresh_state() -> None:
+    """What a fresh interpreter would not share with its siblings: random seeds (Python's, numpy's, torch's),
+    `tempfile`'s directory."""
+    import random
+    import tempfile
+
+    tempfile.tempdir = None
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()  # a fresh interpreter's default generator starts from a seed of its own
+
+
+def main() -> int:
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    why, late, shown = warm_up()
+    _send(sock, {"ready": True, "why": why, "late": late})
+    global _SHOWN
+    _SHOWN = shown
+    if why:
+        sock.recv(1)  # unforkable: wait for the runner to let go
+        return 0
+    _set_dumpable(0)
+    serve(sock)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
