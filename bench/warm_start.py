@@ -4,7 +4,7 @@ A one-test job of a sample repository (one compile, over a warm trusted cache), 
 interleaved (fresh, forked) after one unmeasured job that fills the cache and starts the warm interpreter: each
 job's wall (runner.run) and the CPU time of its processes (what the job's reaper gained in children's time: the
 runner for a fresh job, the warm interpreter for a forked one). From the repository root:
-`python -m bench.warm_start [--pairs 5] [--out DIR]`.
+`python -m bench.warm_start [--pairs 5] [--device cuda] [--out DIR]`.
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ from service.jobs.pipeline import pytest_command
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST = '''
+import os
+
 import torch
 
 
 def test_compiles():
     f = torch.compile(lambda x: torch.nn.functional.gelu(x) * 2 + torch.sin(x))
-    x = torch.linspace(-3, 3, 64)
+    x = torch.linspace(-3, 3, 64, device=os.environ["COMPILE_CI_DEVICE"])
     torch.testing.assert_close(f(x), torch.nn.functional.gelu(x) * 2 + torch.sin(x))
 '''
 
@@ -44,16 +46,16 @@ def _children_cpu(pid: int) -> float:
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
-def one(runner: LocalRunner, repo: Path, out: Path, warm: bool, expect_forked: bool) -> dict[str, float]:
+def one(runner: LocalRunner, repo: Path, out: Path, warm: bool, expect_forked: bool, device: str) -> dict[str, float]:
     runner.warm = warm
     command = (*pytest_command(runner.python, out / "junit.xml"), "--rootdir", str(repo), str(repo / "tests"))
-    env = {"COMPILE_CI_DEVICE": "cpu", "COMPILE_CI_CHECKOUT": str(repo), "COMPILE_CI_OUTPUT_DIR": str(out),
+    env = {"COMPILE_CI_DEVICE": device, "COMPILE_CI_CHECKOUT": str(repo), "COMPILE_CI_OUTPUT_DIR": str(out),
            "COMPILE_CI_TARGETS": "{}", "COMPILE_CI_DEADLINE": str(int(time.time() + 600))}
     reapers = [os.getpid(), *(w.proc.pid for w in warm_start._pool.values())]  # a forked job is the warm one's child
     before = sum(map(_children_cpu, reapers))
     started = time.monotonic()
     result = runner.run(RunSpec(job_id=out.name, command=command, checkout_dir=repo, output_dir=out, timeout_s=600,
-                                env=env, cache=CacheScope(repo.parent / "cache", "bench", TRUSTED, None),
+                                device=device, env=env, cache=CacheScope(repo.parent / "cache", "bench", TRUSTED, None),
                                 suites_dir=ROOT / "suites"))
     wall = time.monotonic() - started
     cpu = sum(map(_children_cpu, reapers)) - before
@@ -67,6 +69,7 @@ def one(runner: LocalRunner, repo: Path, out: Path, warm: bool, expect_forked: b
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="compile-ci-bench-warm-"))
@@ -74,16 +77,18 @@ def main() -> int:
     (root / "repo" / "tests" / "test_one.py").write_text(TEST)
     runner = LocalRunner()
     # Unmeasured: fills the trusted cache and, finding no warm interpreter for its environment, starts one.
-    one(runner, root / "repo", root / "fill", True, False)
+    one(runner, root / "repo", root / "fill", True, False, args.device)
     rows: dict[str, list[dict[str, float]]] = {"fresh": [], "forked": []}
     for index in range(args.pairs):
         for kind in ("fresh", "forked"):
             if kind == "forked" and not warm_start.wait_until_ready(120):
                 raise SystemExit("the warm interpreter did not start")
-            rows[kind].append(one(runner, root / "repo", root / f"{kind}{index}", kind == "forked", kind == "forked"))
+            rows[kind].append(one(runner, root / "repo", root / f"{kind}{index}", kind == "forked", kind == "forked",
+                                  args.device))
             print(f"pair {index + 1} {kind}: wall {rows[kind][-1]['wall']:.2f} s, cpu {rows[kind][-1]['cpu']:.2f} s",
                   flush=True)
     report = {"host": {"cpus": os.cpu_count(), "machine": platform.machine(), "load_average": os.getloadavg()},
+              "device": args.device,
               "pairs": args.pairs, "rows": rows,
               "median": {k: {m: round(statistics.median(r[m] for r in v), 2) for m in ("wall", "cpu")}
                          for k, v in rows.items()}}
