@@ -75,7 +75,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="compile-ci-bench-warm-"))
     (root / "repo" / "tests").mkdir(parents=True)
     (root / "repo" / "tests" / "test_one.py").write_text(TEST)
-    runner = LocalRunner()
+    runner = LocalRunner(warm=True)
     # Unmeasured: fills the trusted cache and, finding no warm interpreter for its environment, starts one.
     one(runner, root / "repo", root / "fill", True, False, args.device)
     rows: dict[str, list[dict[str, float]]] = {"fresh": [], "forked": []}

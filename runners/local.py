@@ -56,7 +56,7 @@ class LocalRunner:
 
     name = "local"
 
-    def __init__(self, python: str = "", gpus: tuple[str, ...] = (), warm: bool = True) -> None:
+    def __init__(self, python: str = "", gpus: tuple[str, ...] = (), warm: bool = False) -> None:
         self.python = python or sys.executable
         self.warm = warm  # COMPILE_CI_WARM_START: jobs forked from the host's warm interpreter (runners/warm_start.py)
         self.gpus = gpus  # COMPILE_CI_GPUS: what a cuda job may see (empty: every GPU of the host)

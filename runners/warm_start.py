@@ -8,7 +8,7 @@ import is what it would read in the job. One interpreter per such environment an
 MAX_WARM, the oldest retired), started by the first job that finds none, which itself runs fresh, as does every job
 while the interpreter imports, when it says it cannot be forked (a thread, a CUDA driver loaded), when the
 checkout has a top-level module of the name of one imported after torch (a fresh process could import the
-checkout's); none when the worker's `COMPILE_CI_WARM_START` is false (LocalRunner's `warm`).
+checkout's); none unless the worker's `COMPILE_CI_WARM_START` is true (LocalRunner's `warm`; opt-in).
 
 The warm interpreter's HOME, TMPDIR and caches are an empty directory of its own; a job that leaves anything there
 (something imported kept a path of the warm interpreter's) retires it. The handle a job gets stands in for a
@@ -92,6 +92,7 @@ class Warm:
         self.jobs: dict[int, WarmJob] = {}
         self.next_id = 0
         self.retired = False
+        self.baseline: set[str] = set()
         self.lock = threading.Lock()
         threading.Thread(target=self._read, name="warm-start-reader", daemon=True).start()
 
@@ -106,6 +107,7 @@ class Warm:
             message: dict[str, Any] = json.loads(data)
             if message.get("ready"):
                 self.why, self.late = str(message.get("why", "")), frozenset(message.get("late", ()))
+                self.baseline = set(os.listdir(self.home / "home"))  # what its own imports wrote there
                 self.ready.set()
                 if self.why:
                     log.info("warm start: jobs start fresh: %s", self.why)
@@ -126,13 +128,23 @@ class Warm:
         self.ready.set()
         with self.lock:
             left, self.jobs = list(self.jobs.values()), {}
+        if left or not self.retired:
+            try:
+                said = (self.home / "warm.log").read_text(errors="replace")[-2000:]
+            except OSError:
+                said = ""
+            log.warning("warm start: the warm interpreter %d ended (status %s) with %d job(s) running; its output: %s",
+                        self.proc.pid, self.proc.poll(), len(left), said)
         for job in left:
             job.finish(-9, lost=True)
 
     def _after_job(self) -> None:
         """A job that left anything in the warm interpreter's own directory retires it: no job starts from it again,
         and it ends once its last job has."""
-        written = sorted(p.name for p in (self.home / "home").iterdir())
+        try:
+            written = sorted(set(os.listdir(self.home / "home")) - self.baseline)
+        except OSError:
+            written = ["(its directory is gone)"]
         if written and not self.retired:
             self.retired, self.why = True, "a job wrote to the warm interpreter's own directory"
             log.warning("warm start: retired: %s (%s)", self.why, ", ".join(written)[:300])

@@ -56,8 +56,8 @@ class Settings:
     # The GPUs this worker's cuda jobs may use ("0", "1,2", GPU UUIDs); empty: all. One cuda worker per GPU on a
     # host with several, so two jobs never share one.
     gpus: tuple[str, ...] = ()
-    # LocalRunner: fork each job from a warm interpreter of the host (runners/warm_start.py); false: every job fresh.
-    warm_start: bool = True
+    # LocalRunner: fork each job from a warm interpreter of the host (runners/warm_start.py); opt-in for now.
+    warm_start: bool = False
     runner_image_cpu: str = "compile-ci/runner-cpu:latest"
     runner_image_cuda: str = "compile-ci/runner-cuda:latest"
     # The torch versions this deployment has runners for, its default first; an advisory one (a release candidate)
@@ -249,7 +249,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         runner=runner,
         runner_python=_get(env, "RUNNER_PYTHON"),
         gpus=gpus,
-        warm_start=_bool(env, "WARM_START", True, problems),
+        warm_start=_bool(env, "WARM_START", False, problems),
         runner_image_cpu=_get(env, "RUNNER_IMAGE_CPU", "compile-ci/runner-cpu:latest"),
         runner_image_cuda=_get(env, "RUNNER_IMAGE_CUDA", "compile-ci/runner-cuda:latest"),
         torch_versions=versions or (TorchVersion(DEFAULT_VERSIONS),),

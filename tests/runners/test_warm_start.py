@@ -130,7 +130,7 @@ def read(out: Path) -> tuple[dict[str, str], str, dict, bool]:
 @pytest.fixture
 def runner() -> LocalRunner:
     warm_start.close_all()
-    return LocalRunner()
+    return LocalRunner(warm=True)
 
 
 def test_a_forked_job_is_the_fresh_job_and_leaves_nothing_behind(runner: LocalRunner, tmp_path: Path) -> None:
