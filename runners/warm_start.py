@@ -137,6 +137,9 @@ class Warm:
                         self.proc.pid, self.proc.poll(), len(left), said)
         for job in left:
             job.finish(-9, lost=True)
+        # Ended (or closed): reaped and its directory removed here, whoever holds the object, and never used again.
+        self.retired = True
+        self.close()
 
     def _after_job(self) -> None:
         """A job that left anything in the warm interpreter's own directory retires it: no job starts from it again,
