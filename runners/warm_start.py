@@ -85,6 +85,10 @@ class Warm:
                                          cwd=self.home, pass_fds=(there.fileno(),), stdin=subprocess.DEVNULL,
                                          stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
         there.close()
+        # Blocking, whatever `socket.setdefaulttimeout` the process has now: Celery's teardown sets one for the
+        # whole process for a while (celery.utils.threads.default_socket_timeout), and a recv that timed out read
+        # as the warm interpreter's end, which lost the job that ran from it.
+        here.settimeout(None)
         self.sock = here
         self.ready = threading.Event()
         self.why = "starting"

@@ -191,6 +191,7 @@ def _fresh_state() -> None:
 
 def main() -> int:
     sock = socket.socket(fileno=int(sys.argv[1]))
+    sock.settimeout(None)  # blocking, as the runner's end is (runners/warm_start.py)
     why, late, shown = warm_up()
     _send(sock, {"ready": True, "why": why, "late": late})
     global _SHOWN

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from pathlib import Path
@@ -204,7 +205,15 @@ def _alive(pid: int) -> bool:
 def test_a_forked_job_past_its_time_is_killed_and_a_dead_warm_interpreter_is_the_services_error(
         runner: LocalRunner, tmp_path: Path) -> None:
     repo = _sleeper(tmp_path)
-    run(runner, repo, tmp_path / "first", timeout_s=1)  # starts the warm interpreter
+    # A process-wide default socket timeout, as a Celery worker's shutdown leaves one for a while (5 s: seen in a
+    # full test run, where the embedded workers of earlier tests had set it): the warm interpreter's socket must not
+    # take it, or every forked job running longer was lost when the runner's read of that socket timed out.
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(1.0)
+    try:
+        run(runner, repo, tmp_path / "first", timeout_s=1)  # starts the warm interpreter
+    finally:
+        socket.setdefaulttimeout(previous)
     assert warm_start.wait_until_ready(120)
     timed = run(runner, repo, tmp_path / "timed", timeout_s=12)
     assert timed.timed_out and FORKED in (tmp_path / "timed" / "log.txt").read_text()
