@@ -166,8 +166,9 @@ class Warm:
         if idle:
             self.close()
 
-    def start(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str]) -> WarmJob | None:
-        request = {"argv": list(argv), "cwd": str(cwd), "env": dict(env)}
+    def start(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str],
+              step: list[str] | None = None) -> WarmJob | None:
+        request = {"argv": list(argv), "cwd": str(cwd), "env": dict(env), "step": step}
         read, write = os.pipe()
         job = WarmJob(os.fdopen(read, "rb"))
         with self.lock:
@@ -214,7 +215,8 @@ _pool_lock = threading.Lock()
 def start(python: str, command: Sequence[str], cwd: Path, env: Mapping[str, str]) -> WarmJob | None:
     """The job forked from a warm interpreter, or None: start it fresh (the first job of an environment starts the
     interpreter for the next ones)."""
-    if list(command[:3]) != [python, "-m", ENTRY] or not env.get("COMPILE_CI_OUTPUT_DIR"):
+    step, job = _split(command)
+    if list(job[:3]) != [python, "-m", ENTRY] or not env.get("COMPILE_CI_OUTPUT_DIR"):
         return None
     shared = tuple(sorted((k, v) for k, v in env.items() if not per_job(k)))
     key = (python, shared)
@@ -227,7 +229,16 @@ def start(python: str, command: Sequence[str], cwd: Path, env: Mapping[str, str]
             return None
     if not warm.ready.is_set() or warm.why or shadows(env.get("COMPILE_CI_CHECKOUT", ""), warm.late):
         return None
-    return warm.start(command[3:], cwd, env)
+    return warm.start(job[3:], cwd, env, step)
+
+
+def _split(command: Sequence[str]) -> tuple[list[str] | None, list[str]]:
+    """(the install step's source and arguments, or None; the job's own command). A wrapped job is `python -c
+    STEP CHECKOUT SITE PACKAGE -- COMMAND` (service/jobs/install.py)."""
+    if len(command) > 3 and command[1] == "-c" and "--" in command[3:]:
+        cut = list(command).index("--", 3)
+        return [*command[2:cut], "--", *command[cut + 1:]], list(command[cut + 1:])
+    return None, list(command)
 
 
 def shadows(checkout: str, late: frozenset[str]) -> bool:

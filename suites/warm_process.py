@@ -33,6 +33,8 @@ import threading
 import traceback
 from typing import Any
 
+from suites import warm_install
+
 MESSAGE_MAX = 1 << 20
 PR_SET_DUMPABLE = 4
 _SHOWN: list[str] = []  # what the warm-up's imports warned, shown again in each job's output as a fresh one shows it
@@ -49,6 +51,7 @@ def warm_up() -> tuple[str, list[str], list[str]]:
     cannot be forked or '', the modules imported after torch, the warnings these imports showed)."""
     import warnings
 
+    sys.meta_path.append(warm_install.LOOKED_FOR)  # what these imports look for and do not find
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter("default")
         from suites import pytest_entry
@@ -156,10 +159,13 @@ def _become(sock: socket.socket, request: dict[str, Any], out: int) -> None:
         os.environ.update(request["env"])
         sys.path[0] = request["cwd"]
         _fresh_state()
+        imported = {name.partition(".")[0] for name in sys.modules}
+        sys.meta_path[:] = [finder for finder in sys.meta_path if finder is not warm_install.LOOKED_FOR]
+        argv = warm_install.run_step(request["step"], imported) if request.get("step") else request["argv"]
         sys.stderr.write("".join(_SHOWN))
         from suites import pytest_entry
 
-        sys.argv = [pytest_entry.__file__, *request["argv"]]
+        sys.argv = [pytest_entry.__file__, *argv]
         status = pytest_entry.main(forked=True)
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -39,7 +39,11 @@ def _boot_dir(tmp, site_dirs):
     return boot
 
 
-def main(argv):
+def plan(argv):
+    """The step's work (the repository's install, the boot directory), then (COMMAND with its paths, its
+    environment, the site directories the boot directory's sitecustomize adds); the process's directory is where
+    COMMAND runs. A warm interpreter's fork (suites/warm_process.py)
+    calls this instead of `main` and runs COMMAND in its own process, as the exec would."""
     checkout, site, package = argv[0], argv[1], argv[2]
     command = argv[argv.index("--") + 1:]
     env = dict(os.environ)
@@ -72,6 +76,11 @@ def main(argv):
         os.chdir(copy)
     path.insert(0, _boot_dir(tmp, site_dirs))
     env["PYTHONPATH"] = os.pathsep.join(path + [env.get("PYTHONPATH", "")]).strip(os.pathsep)
+    return command, env, site_dirs
+
+
+def main(argv):
+    command, env, _site_dirs = plan(argv)
     os.execvpe(command[0], command, env)
 
 
