@@ -74,14 +74,20 @@ class Warm:
     """One warm interpreter: its process, its socket, the jobs it started that have not ended."""
 
     def __init__(self, python: str, env: Mapping[str, str]) -> None:
+        self.python = python
         self.home = Path(tempfile.mkdtemp(prefix="compile-ci-warm-"))
         (self.home / "home").mkdir()
         here, there = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         own = {**env, "HOME": str(self.home / "home"), "TMPDIR": str(self.home / "home"),
                "TORCHINDUCTOR_CACHE_DIR": str(self.home / "home" / "inductor"),
                "TRITON_CACHE_DIR": str(self.home / "home" / "triton")}
+        # What it was given, told from what its interpreter (a wrapper script) and imports then set, which a forked
+        # job's environment gets as a fresh job's would.
+        given = self.home / "given.json"
+        given.write_text(json.dumps({"given": dict(env), "own": sorted(set(own) - set(env))}))
         with open(self.home / "warm.log", "wb") as output:
-            self.proc = subprocess.Popen([python, "-m", "suites.warm_process", str(there.fileno())], env=own,
+            self.proc = subprocess.Popen([python, "-m", "suites.warm_process", str(there.fileno()), str(given)],
+                                         env=own,
                                          cwd=self.home, pass_fds=(there.fileno(),), stdin=subprocess.DEVNULL,
                                          stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
         there.close()
@@ -168,7 +174,7 @@ class Warm:
 
     def start(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str],
               step: list[str] | None = None) -> WarmJob | None:
-        request = {"argv": list(argv), "cwd": str(cwd), "env": dict(env), "step": step}
+        request = {"argv": list(argv), "cwd": str(cwd), "env": dict(env), "step": step, "python": self.python}
         read, write = os.pipe()
         job = WarmJob(os.fdopen(read, "rb"))
         with self.lock:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 ENTRY = ["-m", "suites.pytest_entry"]
@@ -43,9 +43,13 @@ class LookedFor:
 LOOKED_FOR = LookedFor()
 
 
-def run_step(step: list[str], imported: set[str]) -> list[str]:
+def run_step(step: list[str], imported: set[str], python: str, imports_on: Callable[[dict[str, str]], dict[str, str]],
+             pythonpath: str) -> list[str]:
     """The step's work; then the job's own arguments (after `-m suites.pytest_entry`) with this process set up as
-    the step's exec would have started it, or no return: the exec, when that start cannot be given faithfully."""
+    the step's exec would have started it, or no return: the exec, when that start cannot be given faithfully.
+    `python`: the runner's, which the exec goes through (a wrapper script may set variables: it runs to say what);
+    `imports_on`: an environment with what the warm-up's imports set; `pythonpath`: the warm interpreter's
+    PYTHONPATH at its start."""
     source, argv = step[0], step[1:]
     namespace: dict[str, Any] = {"__name__": "compile_ci_install_step"}
     exec(compile(source, "<install step>", "exec"), namespace)  # noqa: S102 - the job's own step, in its process
@@ -55,6 +59,7 @@ def run_step(step: list[str], imported: set[str]) -> list[str]:
         os.execvp(python, [python, "-c", source, *argv])
     command, env, site_dirs = namespace["plan"](argv)
     boot = env["PYTHONPATH"].split(os.pathsep)[0]
+    env = imports_on(_through(python, env))
     # The repository's own packages too: an editable install's finder maps them from its checkout (or src/).
     checkout = env.get("COMPILE_CI_CHECKOUT", "")
     roots = [checkout, os.path.join(checkout, "src")] if checkout else []
@@ -62,8 +67,20 @@ def run_step(step: list[str], imported: set[str]) -> list[str]:
     if why := why or shadowed([*site_dirs, *roots], imported | LOOKED_FOR.names):
         _afresh(why)
         os.execvpe(command[0], command, env)
-    _start_like(env, boot, site_dirs)
+    _start_like(env, boot, pythonpath)
     return command[3:]
+
+
+def _through(python: str, env: dict[str, str]) -> dict[str, str]:
+    """The environment `python` starts its interpreter with, given `env`: itself when it is this interpreter."""
+    if not python or os.path.realpath(python) == os.path.realpath(sys.executable):
+        return env
+    import json
+    import subprocess
+
+    shown = subprocess.run([python, "-c", "import json, os; print(json.dumps(dict(os.environ)))"], env=env,
+                           capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(shown.stdout)
 
 
 def _afresh(why: str) -> None:
@@ -117,10 +134,11 @@ def _module_name(entry: str) -> str:
     return name if name.isidentifier() else ""
 
 
-def _start_like(env: dict[str, str], boot: str, site_dirs: list[str]) -> None:
+def _start_like(env: dict[str, str], boot: str, pythonpath: str) -> None:
     """This process as `python -m ...` with `env` would start: the environment, the path (the directory, then
-    PYTHONPATH's entries, then the interpreter's own), and the boot directory's sitecustomize run."""
-    before = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    PYTHONPATH's entries, then the interpreter's own), and the boot directory's sitecustomize run if it is on it
+    (a wrapper script that sets PYTHONPATH itself leaves it out)."""
+    before = [os.path.abspath(p) for p in pythonpath.split(os.pathsep) if p]
     os.environ.clear()
     os.environ.update(env)
     added = [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -130,6 +148,8 @@ def _start_like(env: dict[str, str], boot: str, site_dirs: list[str]) -> None:
         if entry not in path:
             path.append(entry)
     sys.path[:] = path
+    if os.path.abspath(boot) not in added:
+        return
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("sitecustomize", os.path.join(boot, "sitecustomize.py"))

@@ -37,6 +37,9 @@ from suites import warm_install
 
 MESSAGE_MAX = 1 << 20
 PR_SET_DUMPABLE = 4
+_WRAPPER: dict[str, str | None] = {}  # what the runner's python set (None: unset) at this interpreter's start
+_IMPORTS: dict[str, str | None] = {}  # what the warm-up's imports set
+_PYTHONPATH = ""  # this interpreter's at its start: its path's entries from it are the job's to set
 _SHOWN: list[str] = []  # what the warm-up's imports warned, shown again in each job's output as a fresh one shows it
 
 
@@ -156,12 +159,13 @@ def _become(sock: socket.socket, request: dict[str, Any], out: int) -> None:
         _set_dumpable(1)
         os.chdir(request["cwd"])
         os.environ.clear()
-        os.environ.update(request["env"])
+        os.environ.update(_as_started(request["env"]))
         sys.path[0] = request["cwd"]
         _fresh_state()
         imported = {name.partition(".")[0] for name in sys.modules}
         sys.meta_path[:] = [finder for finder in sys.meta_path if finder is not warm_install.LOOKED_FOR]
-        argv = warm_install.run_step(request["step"], imported) if request.get("step") else request["argv"]
+        argv = (warm_install.run_step(request["step"], imported, request.get("python", ""), _imports_on,
+                                      _PYTHONPATH) if request.get("step") else request["argv"])
         sys.stderr.write("".join(_SHOWN))
         from suites import pytest_entry
 
@@ -195,10 +199,47 @@ def _fresh_state() -> None:
         torch.seed()  # a fresh interpreter's default generator starts from a seed of its own
 
 
+def _as_started(env: dict[str, str], imports: bool = True) -> dict[str, str]:
+    """`env` as this interpreter's start made its own: what the runner's python (a wrapper script may set
+    variables) and, with `imports`, the warm-up's imports set or unset, over the job's."""
+    ended = dict(env)
+    for changes in (_WRAPPER, _IMPORTS) if imports else (_WRAPPER,):
+        for name, value in changes.items():
+            if value is None:
+                ended.pop(name, None)
+            else:
+                ended[name] = value
+    return ended
+
+
+def _imports_on(env: dict[str, str]) -> dict[str, str]:
+    return {**env, **{k: v for k, v in _IMPORTS.items() if v is not None}}
+
+
+def _changes(before: dict[str, str], after: dict[str, str], ignore: set[str]) -> dict[str, str | None]:
+    changed: dict[str, str | None] = {k: v for k, v in after.items() if k not in ignore and before.get(k) != v}
+    changed.update({k: None for k in before if k not in after and k not in ignore})
+    return changed
+
+
+def _started_with(given_file: str, startup: dict[str, str]) -> None:
+    """What the runner gave this interpreter (runners/warm_start.py writes it), against its environment at its
+    start (the runner's python set that) and now (the warm-up's imports set that)."""
+    global _WRAPPER, _IMPORTS
+    with open(given_file) as handle:
+        start = json.load(handle)
+    _WRAPPER = _changes(start["given"], startup, set(start["own"]))
+    _IMPORTS = _changes(startup, dict(os.environ), set())
+
+
 def main() -> int:
     sock = socket.socket(fileno=int(sys.argv[1]))
     sock.settimeout(None)  # blocking, as the runner's end is (runners/warm_start.py)
+    global _PYTHONPATH
+    _PYTHONPATH = os.environ.get("PYTHONPATH", "")
+    startup = dict(os.environ)
     why, late, shown = warm_up()
+    _started_with(sys.argv[2], startup)
     _send(sock, {"ready": True, "why": why, "late": late})
     global _SHOWN
     _SHOWN = shown

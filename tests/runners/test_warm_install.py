@@ -11,6 +11,7 @@ faithfully: the fork execs the fresh interpreter after the step, which the log s
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -65,8 +66,9 @@ def _clean(text):
 
 
 def test_state():
-    state = {"path": [_clean(p) for p in sys.path], "environ": {k: _clean(v) for k, v in os.environ.items()
-                                                                 if k.startswith(("PYTHON", "COMPILE_CI_CHECKOUT"))},
+    names = ("PYTHON", "COMPILE_CI_CHECKOUT", "WARM")
+    state = {"path": [_clean(p) for p in sys.path],
+             "environ": {k: _clean(v) for k, v in os.environ.items() if k.startswith(names)},
              "cwd": _clean(os.getcwd()), "dep": _clean(warmdep.__file__),
              "package": _clean(sys.modules["warminstall"].__file__),
              "sitecustomize": _clean(getattr(sys.modules.get("sitecustomize"), "__file__", "") or "")}
@@ -136,22 +138,39 @@ def runner() -> LocalRunner:
     warm_start.close_all()
 
 
-def test_a_job_with_an_install_step_forks_and_is_the_fresh_job(runner: LocalRunner, tmp_path: Path) -> None:
+@pytest.mark.parametrize("wrapper", ["", "WARM_WRAPPER=1 PYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}}",
+                                     "PYTHONPATH={root}"], ids=["the interpreter", "a wrapper that adds its path",
+                                                                "a wrapper that sets its path"])
+def test_a_job_with_an_install_step_forks_and_is_the_fresh_job(runner: LocalRunner, tmp_path: Path,
+                                                               wrapper: str) -> None:
+    """The runner's python as it is, or a wrapper script (as a host's or a bench's): what the script sets is the
+    job's, and a PYTHONPATH it sets instead of adding to leaves the step's boot directory out, as for a fresh job."""
+    if wrapper:
+        script = tmp_path / "python"
+        script.write_text(f'#!/bin/sh\n{wrapper.format(root=ROOT)} exec {sys.executable} "$@"\n')
+        script.chmod(0o755)
+        runner.python = str(script)
     repo, deps = repository(tmp_path), site(tmp_path, "deps", {})
     first, log = run(runner, repo, deps, tmp_path / "first")  # starts the warm interpreter; itself fresh
-    assert FORKED not in log and first.exit_code == 1, log[-3000:]
+    assert FORKED not in log and first.exit_code is not None, log[-3000:]
     assert warm_start.wait_until_ready(120)
     forked, forked_log = run(runner, repo, deps, tmp_path / "forked")
     assert FORKED in forked_log and AFRESH not in forked_log, forked_log[-3000:]
     runner.warm = False
     fresh, _ = run(runner, repo, deps, tmp_path / "fresh")
-    assert forked.exit_code == fresh.exit_code == 1 and forked.infra_error is None
+    assert forked.exit_code == fresh.exit_code and forked.infra_error is None
+    assert outcomes(tmp_path / "forked") == outcomes(tmp_path / "fresh"), log[-3000:]
+    if wrapper == "PYTHONPATH={root}":  # the requirement is not on the path: the tests' module cannot import it
+        assert "No module named 'warmdep'" in (tmp_path / "forked" / "log.txt").read_text()
+        assert "test_state" not in outcomes(tmp_path / "forked")
+        return
     expected = {"test_state": "passed", "test_compiled": "passed", "test_fails": "failure"}
-    assert outcomes(tmp_path / "forked") == outcomes(tmp_path / "fresh") == expected
+    assert outcomes(tmp_path / "forked") == expected and fresh.exit_code == 1
     states = {name: json.loads((tmp_path / name / "state.json").read_text()) for name in ("forked", "fresh")}
     assert states["forked"] == states["fresh"], states
     assert states["fresh"]["package"].startswith("TMP/compile-ci-src/"), states["fresh"]  # the step's editable copy
     assert states["fresh"]["dep"] == str(deps / "warmdep" / "__init__.py")
+    assert ("WARM_WRAPPER" in states["fresh"]["environ"]) == ("WARM_WRAPPER" in wrapper)
     # The package's patch counted alike (the same change, from the same file of the step's copy).
     surfaces = {name: json.loads((tmp_path / name / "surface.json").read_text()) for name in ("forked", "fresh")}
     assert surfaces["forked"]["fingerprint"] == surfaces["fresh"]["fingerprint"] != "", surfaces
