@@ -4,7 +4,10 @@ A one-test job of a sample repository (one compile, over a warm trusted cache), 
 interleaved (fresh, forked) after one unmeasured job that fills the cache and starts the warm interpreter: each
 job's wall (runner.run) and the CPU time of its processes (what the job's reaper gained in children's time: the
 runner for a fresh job, the warm interpreter for a forked one). From the repository root:
-`python -m bench.warm_start [--pairs 5] [--device cuda] [--out DIR]`.
+`python -m bench.warm_start [--pairs 5] [--device cuda] [--install] [--out DIR]`.
+
+`--install`: the sample is a package (pyproject.toml) and the job goes through the install step, as every pipeline
+job does (service/jobs/install.py: `pip install -e .` of the checkout's copy in the job, then the tests).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from runners import warm_start
 from runners.compile_cache import TRUSTED, CacheScope
 from runners.local import LocalRunner
 from runners.protocol import RunSpec
+from service.jobs import install
 from service.jobs.pipeline import pytest_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,6 +42,19 @@ def test_compiles():
     torch.testing.assert_close(f(x), torch.nn.functional.gelu(x) * 2 + torch.sin(x))
 '''
 
+PYPROJECT = """
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "benchpkg"
+version = "0.1"
+
+[tool.setuptools]
+packages = ["benchpkg"]
+"""
+
 
 def _children_cpu(pid: int) -> float:
     """User + system seconds of a process's reaped children (/proc/<pid>/stat's cutime and cstime)."""
@@ -46,9 +63,12 @@ def _children_cpu(pid: int) -> float:
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
-def one(runner: LocalRunner, repo: Path, out: Path, warm: bool, expect_forked: bool, device: str) -> dict[str, float]:
+def one(runner: LocalRunner, repo: Path, out: Path, warm: bool, expect_forked: bool, device: str,
+        wrapped: bool = False) -> dict[str, float]:
     runner.warm = warm
     command = (*pytest_command(runner.python, out / "junit.xml"), "--rootdir", str(repo), str(repo / "tests"))
+    if wrapped:
+        command = tuple(install.wrap(list(command), runner.python, repo, None, True))
     env = {"COMPILE_CI_DEVICE": device, "COMPILE_CI_CHECKOUT": str(repo), "COMPILE_CI_OUTPUT_DIR": str(out),
            "COMPILE_CI_TARGETS": "{}", "COMPILE_CI_DEADLINE": str(int(time.time() + 600))}
     reapers = [os.getpid(), *(w.proc.pid for w in warm_start._pool.values())]  # a forked job is the warm one's child
@@ -59,7 +79,8 @@ def one(runner: LocalRunner, repo: Path, out: Path, warm: bool, expect_forked: b
                                 suites_dir=ROOT / "suites"))
     wall = time.monotonic() - started
     cpu = sum(map(_children_cpu, reapers)) - before
-    forked = "forked from this host's warm interpreter" in (out / "log.txt").read_text(errors="replace")
+    log = (out / "log.txt").read_text(errors="replace")
+    forked = "forked from this host's warm interpreter" in log and "starts a fresh interpreter" not in log
     if result.exit_code != 0 or forked != expect_forked:
         raise SystemExit(f"{out.name}: exit {result.exit_code}, forked {forked}:\n"
                          f"{(out / 'log.txt').read_text()[-3000:]}")
@@ -70,25 +91,30 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--install", action="store_true", help="the job through the install step, as a pipeline's")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="compile-ci-bench-warm-"))
     (root / "repo" / "tests").mkdir(parents=True)
     (root / "repo" / "tests" / "test_one.py").write_text(TEST)
+    if args.install:
+        (root / "repo" / "benchpkg").mkdir()
+        (root / "repo" / "benchpkg" / "__init__.py").write_text("")
+        (root / "repo" / "pyproject.toml").write_text(PYPROJECT)
     runner = LocalRunner(warm=True)
     # Unmeasured: fills the trusted cache and, finding no warm interpreter for its environment, starts one.
-    one(runner, root / "repo", root / "fill", True, False, args.device)
+    one(runner, root / "repo", root / "fill", True, False, args.device, args.install)
     rows: dict[str, list[dict[str, float]]] = {"fresh": [], "forked": []}
     for index in range(args.pairs):
         for kind in ("fresh", "forked"):
             if kind == "forked" and not warm_start.wait_until_ready(120):
                 raise SystemExit("the warm interpreter did not start")
             rows[kind].append(one(runner, root / "repo", root / f"{kind}{index}", kind == "forked", kind == "forked",
-                                  args.device))
+                                  args.device, args.install))
             print(f"pair {index + 1} {kind}: wall {rows[kind][-1]['wall']:.2f} s, cpu {rows[kind][-1]['cpu']:.2f} s",
                   flush=True)
     report = {"host": {"cpus": os.cpu_count(), "machine": platform.machine(), "load_average": os.getloadavg()},
-              "device": args.device,
+              "device": args.device, "install_step": args.install,
               "pairs": args.pairs, "rows": rows,
               "median": {k: {m: round(statistics.median(r[m] for r in v), 2) for m in ("wall", "cpu")}
                          for k, v in rows.items()}}

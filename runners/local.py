@@ -147,7 +147,7 @@ class LocalRunner:
                     return RunResult(None, time.monotonic() - start, infra_error=f"cannot start job: {exc}")
                 if isinstance(proc, warm_start.WarmJob):
                     log.write(f"[compile-ci] the job's process {proc.pid} was forked from this host's warm "
-                              "interpreter (torch, dynamo, inductor and pytest imported once)\n".encode())
+                              "interpreter (torch and pytest imported once)\n".encode())
                 assert proc.stdout is not None
                 pump = threading.Thread(target=_pump, args=(proc.stdout, log), daemon=True)
                 pump.start()

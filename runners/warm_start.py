@@ -1,19 +1,23 @@
-"""LocalRunner's warm interpreters: a job's process forked from one that imported torch, dynamo, inductor and pytest
-once for the host (suites/warm_process.py), instead of a fresh interpreter paying them for every job and shard.
+"""LocalRunner's warm interpreters: a job's process forked from one that imported torch and pytest once for the host
+(suites/warm_process.py), instead of a fresh interpreter paying them for every job and shard.
 
-Which jobs: the job's own command (`<the runner's python> -m suites.pytest_entry ...`, not an install's wrapper),
-and only from a warm interpreter whose environment equals the job's but for the variables a forked child takes
-itself (JOB_VARIABLES: its directories, caches, GPUs and compile-ci's per-job settings), so whatever torch read at
-import is what it would read in the job. One interpreter per such environment and runner python (at most
-MAX_WARM, the oldest retired), started by the first job that finds none, which itself runs fresh, as does every job
-while the interpreter imports, when it says it cannot be forked (a thread, a CUDA driver loaded), when the
-checkout has a top-level module of the name of one imported after torch (a fresh process could import the
-checkout's); none unless the worker's `COMPILE_CI_WARM_START` is true (LocalRunner's `warm`; opt-in).
+Which jobs: the job's own command (`<the runner's python> -m suites.pytest_entry ...`), alone or behind the install
+step (`<python> -c STEP ... -- <that command>`: the child does the step's work, suites/warm_install.py), and only
+from a warm interpreter whose environment equals the job's but for the variables a forked child takes itself
+(JOB_VARIABLES: its directories, caches, GPUs and compile-ci's per-job settings), so whatever torch read at import
+is what it would read in the job. One interpreter per such environment and runner python (at most MAX_WARM, the
+oldest retired), started by the first job that finds none, which itself runs fresh, as does every job while the
+interpreter imports, when it says it cannot be forked (a thread, a CUDA driver loaded), when the checkout has a
+top-level module of the name of one imported after torch (a fresh process could import the checkout's); none
+unless the worker's `COMPILE_CI_WARM_START` is true (LocalRunner's `warm`; opt-in).
 
 The warm interpreter's HOME, TMPDIR and caches are an empty directory of its own; a job that leaves anything there
-(something imported kept a path of the warm interpreter's) retires it. The handle a job gets stands in for a
-`subprocess.Popen`: `pid` (its own session and process group), `stdout`, `wait()`, `returncode`; `lost` when the
-warm interpreter died under it (the job's process group is then killed by the runner, as on any end).
+(something imported kept a path of the warm interpreter's) retires it. It is told the environment it was given
+(given.json), so that what the runner's python (a wrapper script) and its imports set reaches each job as it would
+a fresh one. The handle a job gets stands in for a `subprocess.Popen`: `pid` (its own session and process group),
+`stdout`, `wait()`, `returncode`; `lost` when the warm interpreter died under it (the job's process group is then
+killed by the runner, as on any end). Its socket is blocking whatever `socket.setdefaulttimeout` says (a Celery
+worker's shutdown sets one process-wide).
 """
 
 from __future__ import annotations
@@ -199,6 +203,7 @@ class Warm:
         return job if job.pid else None
 
     def close(self) -> None:
+        self.retired = True  # closed on purpose: its end is not news
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:

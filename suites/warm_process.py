@@ -1,23 +1,26 @@
-"""A warm interpreter for a host's jobs: torch, dynamo, inductor and pytest imported once, each job a fork of it.
+"""A warm interpreter for a host's jobs: torch and pytest imported once, each job a fork of it.
 
 Every job's process pays the same imports first (about 5 s of CPU on the 2-core host, 3.8 s of a shard's wall:
 docs/benchmarks.md, "a job's fixed cost"). A LocalRunner (runners/warm_start.py) starts this module with the
 environment every job of its host shares and a socket; it imports what `suites.pytest_entry` would (its
-`prepare()`: the compiler surface's snapshot of torch as torch defines it, the source keys), then dynamo, inductor
-and pytest under that snapshot's import hook, and says whether it can be forked (no Python thread, no CUDA driver
+`prepare()`: the compiler surface's snapshot of torch as torch defines it, the source keys), then pytest and the
+plugin's modules under that snapshot's import hook (dynamo and inductor stay the job's: `warm_up`), and says whether
+it can be forked (no Python thread, no CUDA driver
 loaded). For each job the runner sends the job's arguments, directory and environment with its output pipe; this
 process forks, and the child becomes the job: its own session, the pipe as stdout and stderr, no other descriptor,
 the job's directory and environment (the variables the runner keys warm interpreters by are the same by
-construction), the random generators seeded afresh, `tempfile` told to look again, the surface's per-process parts
-taken again (`compiler_surface.forked()`), and then `pytest_entry.main()`. The runner gets the child's pid and, once
-this process has reaped it, its exit status.
+construction; what the runner's python and the imports here set is set again), its install step's work if it has
+one (suites/warm_install.py), the random generators seeded afresh, `tempfile` told to look again, the surface's
+per-process parts taken again (`compiler_surface.forked()`), and then `pytest_entry.main()`. The runner gets the
+child's pid and, once this process has reaped it, its exit status.
 
 Nothing of a repository ever runs here before a fork, and a job cannot reach back: this process is not dumpable
 (no ptrace, no /proc/<pid>/mem for the job's uid), each child is made dumpable again, and the socket is closed in
 it. Protocol (SOCK_SEQPACKET, one JSON object per message): to the runner `{"ready": true, "why": "", "late":
 [...]}` (why: '' when forkable; late: the top-level modules imported after torch, which a checkout must not shadow),
-`{"id": N, "pid": P}`, `{"id": N, "status": S}`; from it `{"id": N, "argv": [...], "cwd": "...", "env": {...}}` with
-the job's output descriptor. Run as `python -m suites.warm_process FD`.
+`{"id": N, "pid": P}`, `{"id": N, "status": S}`; from it `{"id": N, "argv": [...], "cwd": "...", "env": {...},
+"step": [...] or null, "python": "..."}` with the job's output descriptor. Run as `python -m suites.warm_process FD
+GIVEN` (GIVEN: a JSON file of the environment the runner gave it and the variables it set for this process only).
 """
 
 from __future__ import annotations

@@ -42,8 +42,8 @@ def _boot_dir(tmp, site_dirs):
 def plan(argv):
     """The step's work (the repository's install, the boot directory), then (COMMAND with its paths, its
     environment, the site directories the boot directory's sitecustomize adds); the process's directory is where
-    COMMAND runs. A warm interpreter's fork (suites/warm_process.py)
-    calls this instead of `main` and runs COMMAND in its own process, as the exec would."""
+    COMMAND runs. A warm interpreter's fork (suites/warm_install.py) calls this instead of `main` and runs COMMAND
+    in its own process, as the exec would."""
     checkout, site, package = argv[0], argv[1], argv[2]
     command = argv[argv.index("--") + 1:]
     env = dict(os.environ)
