@@ -27,6 +27,7 @@ SECONDS = {
     "tests/compare/test_code_noise_torch.py": 65, "tests/suites/test_planted_passes.py": 48,
     "tests/suites/test_planted_numerics.py": 46, "tests/integration/test_bisection_flow.py": 43,
     "tests/suites/test_planted_freezing.py": 43, "tests/integration/test_base_judgement.py": 42,
+    "tests/runners/test_warm_start.py": 100, "tests/runners/test_warm_install.py": 150,
 }
 
 
