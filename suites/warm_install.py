@@ -59,7 +59,11 @@ def run_step(step: list[str], imported: set[str], python: str, imports_on: Calla
         os.execvp(python, [python, "-c", source, *argv])
     command, env, site_dirs = namespace["plan"](argv)
     boot = env["PYTHONPATH"].split(os.pathsep)[0]
-    env = imports_on(_through(python, env))
+    started = _through(python, env)
+    if started is None:
+        _afresh(f"{python} did not say what it sets")
+        os.execvpe(command[0], command, env)
+    env = imports_on(started)
     # The repository's own packages too: an editable install's finder maps them from its checkout (or src/).
     checkout = env.get("COMPILE_CI_CHECKOUT", "")
     roots = [checkout, os.path.join(checkout, "src")] if checkout else []
@@ -71,16 +75,21 @@ def run_step(step: list[str], imported: set[str], python: str, imports_on: Calla
     return command[3:]
 
 
-def _through(python: str, env: dict[str, str]) -> dict[str, str]:
-    """The environment `python` starts its interpreter with, given `env`: itself when it is this interpreter."""
+def _through(python: str, env: dict[str, str]) -> dict[str, str] | None:
+    """The environment `python` starts its interpreter with, given `env`: itself when it is this interpreter; None
+    when it cannot say."""
     if not python or os.path.realpath(python) == os.path.realpath(sys.executable):
         return env
     import json
     import subprocess
 
-    shown = subprocess.run([python, "-c", "import json, os; print(json.dumps(dict(os.environ)))"], env=env,
-                           capture_output=True, text=True, timeout=60, check=True)
-    return json.loads(shown.stdout)
+    try:
+        shown = subprocess.run([python, "-c", "import json, os; print(json.dumps(dict(os.environ)))"], env=env,
+                               capture_output=True, text=True, timeout=60, check=True)
+        started = json.loads(shown.stdout)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return None
+    return started if isinstance(started, dict) else None
 
 
 def _afresh(why: str) -> None:
