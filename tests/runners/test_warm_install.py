@@ -23,6 +23,7 @@ from runners.local import LocalRunner
 from runners.protocol import RunResult, RunSpec
 from service.jobs import install
 from service.jobs.pipeline import pytest_command
+from tests.runners.test_warm_start import PATCH, outcomes  # the same compiler patch, the same reading
 
 ROOT = Path(__file__).resolve().parents[2]
 FORKED = "forked from this host's warm interpreter"
@@ -38,18 +39,6 @@ version = "0.1"
 
 [tool.setuptools]
 packages = ["warminstall"]
-'''
-PATCH = '''
-import torch._inductor.decomposition as decomposition
-
-_stock = decomposition.select_decomp_table
-
-
-def select_decomp_table():  # the package's own wrapper of one of inductor's functions
-    return _stock()
-
-
-decomposition.select_decomp_table = select_decomp_table
 '''
 TESTS = '''
 import json, os, sys, tempfile
@@ -119,16 +108,6 @@ def run(runner: LocalRunner, repo: Path, deps: Path, out: Path) -> tuple[RunResu
     result = runner.run(RunSpec(job_id=out.name, command=tuple(wrapped), checkout_dir=repo, output_dir=out,
                                 timeout_s=300, env=env, cache=cache, suites_dir=ROOT / "suites", deps_dir=deps))
     return result, (out / "log.txt").read_text(errors="replace")
-
-
-def outcomes(out: Path) -> dict[str, str]:
-    import xml.etree.ElementTree as ET
-
-    found = {}
-    for case in ET.parse(out / "junit.xml").getroot().iter("testcase"):
-        kinds = [child.tag for child in case if child.tag in ("failure", "error", "skipped")]
-        found[case.get("name", "")] = kinds[0] if kinds else "passed"
-    return found
 
 
 @pytest.fixture
