@@ -3,8 +3,9 @@ scripts/test.sh): longest first, so the run does not end on one worker with a lo
 a Docker file only after as much other work as the last Docker file takes, since they take turns on one lock
 (tests/conftest.py) and a worker that starts the next one early waits idle for it.
 
-A file's weight is its time in the last measured full run (`pytest --durations`, this 2-core host, 2026-11-28, its
-module fixtures included); a file not listed weighs nothing and keeps its collection order after the listed ones.
+A file's weight is its time in the last measured full run (its JUnit times, this 2-core host quiet, 2026-11-28
+23:00, its module fixtures included); a file not listed weighs nothing and keeps its collection order after the
+listed ones.
 The order changes only when the run takes; every test runs either way.
 """
 
@@ -13,21 +14,33 @@ from __future__ import annotations
 from typing import Any
 
 SECONDS = {
-    "tests/e2e/test_pull_request_e2e.py": 250, "tests/integration/test_cache_verdicts.py": 190,
-    "tests/integration/test_reuse.py": 150, "tests/suites/test_bisection.py": 140,
-    "tests/suites/test_planted_ops.py": 110, "tests/integration/test_shards.py": 100,
-    "tests/suites/test_red_explained.py": 90, "tests/suites/test_planted_breadth.py": 87,
-    "tests/integration/test_commands_flow.py": 85, "tests/suites/test_distributed_suite.py": 82,
-    "tests/suites/test_real_models.py": 75, "tests/integration/test_torch_matrix.py": 70,
-    "tests/suites/test_cpu_levels.py": 65, "tests/runners/test_toolchain.py": 62,
-    "tests/integration/test_base_compare_torch.py": 58, "tests/runners/test_compile_cache_attack.py": 55,
-    "tests/runners/test_job_startup.py": 54, "tests/runners/test_compile_cache_shared.py": 54,
-    "tests/integration/test_code_signal_torch.py": 53, "tests/integration/test_metrics.py": 50,
-    "tests/integration/test_install.py": 75, "tests/runners/test_gpu_selection.py": 75,
-    "tests/compare/test_code_noise_torch.py": 65, "tests/suites/test_planted_passes.py": 48,
-    "tests/suites/test_planted_numerics.py": 46, "tests/integration/test_bisection_flow.py": 43,
-    "tests/suites/test_planted_freezing.py": 43, "tests/integration/test_base_judgement.py": 42,
-    "tests/runners/test_warm_start.py": 100, "tests/runners/test_warm_install.py": 150,
+    "tests/suites/test_bisection.py": 201, "tests/integration/test_reuse.py": 162,
+    "tests/suites/test_planted_ops.py": 144, "tests/suites/test_distributed_suite.py": 109,
+    "tests/integration/test_commands_flow.py": 94, "tests/integration/test_shards.py": 90,
+    "tests/e2e/test_pull_request_e2e.py": 90, "tests/integration/test_cache_verdicts.py": 79,
+    "tests/suites/test_device_context.py": 71, "tests/suites/test_red_explained.py": 62,
+    "tests/suites/test_cpu_levels.py": 55, "tests/suites/test_planted_breadth.py": 53,
+    "tests/runners/test_warm_install.py": 51, "tests/runners/test_runner_contract.py": 51,
+    "tests/integration/test_torch_matrix.py": 49, "tests/runners/test_output_trust.py": 49,
+    "tests/suites/test_real_models.py": 45, "tests/runners/test_toolchain.py": 44,
+    "tests/runners/test_warm_start.py": 40, "tests/runners/test_job_startup.py": 40,
+    "tests/runners/test_compile_cache_shared.py": 39, "tests/integration/test_base_judgement.py": 38,
+    "tests/unit/test_shard_selection.py": 38, "tests/integration/test_install.py": 37,
+    "tests/integration/test_base_compare_torch.py": 36, "tests/suites/test_planted_numerics.py": 35,
+    "tests/integration/test_metrics.py": 35, "tests/integration/test_code_signal_torch.py": 35,
+    "tests/browser/test_layout.py": 35, "tests/runners/test_compile_cache_attack.py": 35,
+    "tests/integration/test_pipeline.py": 35, "tests/suites/test_repro.py": 33,
+    "tests/suites/test_declared_targets.py": 31, "tests/suites/test_planted_freezing.py": 30,
+    "tests/runners/test_header_seed.py": 29, "tests/runners/test_runner_image.py": 28,
+    "tests/suites/test_ops_arguments.py": 28, "tests/integration/test_output_attacks.py": 27,
+    "tests/integration/test_bisection_flow.py": 27, "tests/compare/test_code_noise_torch.py": 26,
+    "tests/suites/test_planted_passes.py": 25, "tests/suites/test_planted_autograd.py": 24,
+    "tests/browser/test_one_verdict.py": 24, "tests/suites/test_planted_layout.py": 23,
+    "tests/suites/test_surface_selection.py": 23, "tests/browser/test_base_pages.py": 22,
+    "tests/suites/test_planted_small_values.py": 20, "tests/suites/test_coverage_plugin.py": 20,
+    "tests/suites/test_compiler_surface_hosts.py": 19, "tests/suites/test_ops_judgement.py": 18,
+    "tests/suites/test_compiler_surface_job.py": 18, "tests/suites/test_capture.py": 18,
+    "tests/suites/test_compiler_surface_patterns.py": 17, "tests/suites/test_reruns.py": 16,
 }
 
 
