@@ -1,5 +1,5 @@
-"""The order the test files are handed to the two xdist workers (`--dist loadfile --no-loadscope-reorder`,
-scripts/test.sh): longest first, so the run does not end on one worker with a long file while the other idles, and
+"""The order the test files are handed to the xdist workers (`--dist loadfile --no-loadscope-reorder`,
+scripts/test.sh): longest first, so the run does not end on one worker with a long file while the others idle, and
 a Docker file only after as much other work as the last Docker file takes, since they take turns on one lock
 (tests/conftest.py) and a worker that starts the next one early waits idle for it.
 
