@@ -26,12 +26,13 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.compile-ci-installed
 want="$(sha256sum pyproject.toml | cut -c1-16) $TORCH_PIN $NUMPY_PIN"
-pip_needed=0
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-  pip_needed=1
-  # compile-ci first (the image build below runs its CLI, which never imports torch); torch while the image builds.
-  echo "setup: pip install compile-ci, then $TORCH_PIN while the runner image builds (a few minutes the first time)"
+  echo "setup: pip install $TORCH_PIN and compile-ci (a few minutes the first time)"
+  .venv/bin/python -m pip install -q --disable-pip-version-check "$TORCH_PIN" "$NUMPY_PIN" 2>&1 | grep -v '^WARNING: Location' || true
   .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' 2>&1 | grep -v '^WARNING: Location' || true
+  .venv/bin/python -W "error:Failed to initialize NumPy:UserWarning" \
+    -c "import torch, service, celery, github; assert torch.__version__.startswith('2.13.0')"
+  echo "$want" > "$stamp"
 fi
 
 # A Docker engine for the DockerRunner (no systemd here: start dockerd ourselves when none answers), then the
@@ -43,18 +44,6 @@ if ! docker info >/dev/null 2>&1; then
   for _ in $(seq 60); do docker info >/dev/null 2>&1 && break; sleep 0.5; done
   docker info >/dev/null 2>&1 || { echo "setup: dockerd did not start (see /var/log/compile-ci-dockerd.log)" >&2; exit 1; }
 fi
-image_build=""
 if [ "${COMPILE_CI_SKIP_IMAGES:-0}" != 1 ]; then
-  (as_root .venv/bin/compile-ci images build cpu --local-base --if-changed | sed 's/^/setup: /') &
-  image_build=$!
-fi
-if [ "$pip_needed" = 1 ]; then
-  .venv/bin/python -m pip install -q --disable-pip-version-check "$TORCH_PIN" "$NUMPY_PIN" 2>&1 | grep -v '^WARNING: Location' || true
-  .venv/bin/python -W "error:Failed to initialize NumPy:UserWarning" \
-    -c "import torch, service, celery, github; assert torch.__version__.startswith('2.13.0')"
-  echo "$want" > "$stamp"
-fi
-if [ -n "$image_build" ] && ! wait "$image_build"; then
-  echo "setup: the runner image did not build (its output is above)" >&2
-  exit 1
+  as_root .venv/bin/compile-ci images build cpu --local-base --if-changed | sed 's/^/setup: /'
 fi
