@@ -62,7 +62,7 @@ def _worker_index() -> int:
 # Redis has 16 databases: each xdist worker takes its own share of 1-15 (two workers: 1-7 and 8-14; three: 1-5,
 # 6-10 and 11-15), so workers sharing CI's Redis never flush each other's; a worker past its share keeps its last.
 _WORKERS = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
-_SHARE = max(1, 15 // _WORKERS) if _WORKERS <= 15 else 1
+_SHARE = max(1, 15 // _WORKERS)
 _FIRST_DB = 1 + _SHARE * min(_worker_index(), 15 // _SHARE - 1)
 _LAST_DB = min(_FIRST_DB + _SHARE - 1, 15)
 _db_counter = iter(range(_FIRST_DB, _LAST_DB + 1))
@@ -158,7 +158,8 @@ HEAVY = (
     # PYTHONPATH (about 25 s each); CI keeps the wrapper that adds to it (its variables, its path and the step's boot
     # directory reach the forked job) and the plain fork without a step (tests/runners/test_warm_start.py)
     "tests/runners/test_warm_install.py::test_a_job_with_an_install_step_forks_and_is_the_fresh_job[the interpreter]",
-    "tests/runners/test_warm_install.py::test_a_job_with_an_install_step_forks_and_is_the_fresh_job[a wrapper that s",
+    "tests/runners/test_warm_install.py::test_a_job_with_an_install_step_forks_and_is_the_fresh_job"
+    "[a wrapper that sets its path]",
 )
 _LEFT_OUT: list[str] = []
 
