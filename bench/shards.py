@@ -111,12 +111,13 @@ class Zoo:
 
 
 @contextlib.contextmanager
-def worker(settings: Settings, shards: int, queue: str) -> Iterator[Settings]:
+def worker(settings: Settings, shards: int, queue: str, own_cpus: bool = True) -> Iterator[Settings]:
     """`shards` slots: a worker of that many threads for the device's queue, and one of its own for planning and
     reports (the github queue), each with its own event loop (service/devkit/embedded_workers.py), so a slot is a
     slot: no report thread takes a suite's job (before 2026-11-28 one worker held both, and "one slot" ran up to two
-    jobs at once)."""
-    sized = dataclasses.replace(settings, max_shards=shards)
+    jobs at once). `own_cpus`: each slot's job on its own part of the host's CPUs (COMPILE_CI_JOB_SLOTS, as `compile-ci
+    worker --concurrency` sets it); else every job on all of them, as before 2026-11-29."""
+    sized = dataclasses.replace(settings, max_shards=shards, job_slots=shards if own_cpus else 1)
     reports, device = (create_worker_celery(sized, suites_dir=ROOT / "suites") for _ in range(2))
     with start_worker(reports, pool="threads", concurrency=2, perform_ping_check=False, shutdown_timeout=120,
                       queues=["github"], hostname=f"bench-github-{uuid.uuid4().hex[:8]}@bench"), \
@@ -145,7 +146,9 @@ def job_figures(zoo: Zoo, job: Job) -> dict[str, object]:
     return {"suite": job.suite, "conclusion": job.conclusion, "title": job.title, "wall_s": job.duration_s or 0.0,
             "tests_run": len(results), "tests_s": sum(r.duration_s for r in results), "passed": job.passed,
             "failed": job.failed, "not_affected": len(zoo.store.results_of(job.id, job.attempt)) - len(results),
-            "shards": shards}
+            "shards": shards, "detail": job.detail[:600] if job.conclusion != "success" else "",
+            "failures": [f"{r.nodeid} (shard {r.shard}): {r.message[:300]}" for r in results
+                         if r.outcome in ("failed", "error")]}
 
 
 def describe(zoo: Zoo, jobs: list[Job]) -> tuple[str, dict[str, object]]:
@@ -159,6 +162,10 @@ def describe(zoo: Zoo, jobs: list[Job]) -> tuple[str, dict[str, object]]:
                      f"taking {shard['tests_s']:.1f} s, overhead {shard['overhead_s']:.1f} s")
         if not job["shards"]:
             line += f"\n    whole: tests take {job['tests_s']:.1f} s"
+        if job["detail"]:
+            line += f"\n    detail: {job['detail']}"
+        for failure in job["failures"]:
+            line += f"\n    FAILED {failure}"
     return line, figures
 
 
@@ -185,6 +192,9 @@ def main() -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--phases", default="warm", help="cold, warm or cold,warm")
     parser.add_argument("--no-pull-requests", action="store_true", help="leave out the two pull requests")
+    parser.add_argument("--warm-up-slots", type=int, default=1, help="worker slots of the warm phase's warm-up push")
+    parser.add_argument("--shared-cpus", dest="own_cpus", action="store_false",
+                        help="every slot's job on all of the host's CPUs (before 2026-11-29) instead of its own part")
     parser.add_argument("--out", type=Path, default=None, help="a directory for shards.json")
     args = parser.parse_args()
     suites = list(SIX) if args.suite == "all" else args.suite.split(",")
@@ -229,13 +239,14 @@ def measure(args: argparse.Namespace, zoo: Zoo, settings: Settings, declared: Re
     slots = [int(w) for w in args.workers.split(",")]
     for phase in args.phases.split(","):
         if phase == "warm":
-            with worker(settings, 1, args.device) as one:
-                record("warm-up push (fills the compile cache, records durations)", 1, zoo.push(one, "warm-up"))
+            with worker(settings, args.warm_up_slots, args.device, args.own_cpus) as one:
+                record("warm-up push (fills the compile cache, records durations)", args.warm_up_slots,
+                       zoo.push(one, "warm-up"))
         walls = {}
         for count in slots:
             if phase == "cold":  # every slot count starts from an empty compile cache
                 shutil.rmtree(settings.cache_dir, ignore_errors=True)
-            with worker(settings, count, args.device) as sized:
+            with worker(settings, count, args.device, args.own_cpus) as sized:
                 walls[count] = record(f"push, {phase}", count, zoo.push(sized, f"{phase} on {count} workers"))
         first = walls[slots[0]]
         ratios = {count: wall / first for count, wall in walls.items()}
@@ -244,7 +255,7 @@ def measure(args: argparse.Namespace, zoo: Zoo, settings: Settings, declared: Re
               flush=True)
     if args.no_pull_requests:
         return
-    with worker(settings, slots[-1], args.device) as sized:  # as many slots as the last push had
+    with worker(settings, slots[-1], args.device, args.own_cpus) as sized:  # as many slots as the last push had
         name = declared.model
         model = record(f"pull request changing {name}", slots[-1],
                        zoo.pull_request(sized, name, declared.files[name] + "\n# a comment\n"))

@@ -92,10 +92,12 @@ def install_deps(repo: Path | None, runner: LocalRunner) -> Path | None:
 
 
 def run_suite(suite: str, device: str, cache: Path, out: Path, extra: dict[str, str], select: str = "",
-              deps: Path | None = None, plugins: tuple[str, ...] = ()) -> dict[str, object]:
+              deps: Path | None = None, plugins: tuple[str, ...] = (),
+              prefix: tuple[str, ...] = ()) -> dict[str, object]:
+    """One suite job through LocalRunner; `prefix` goes before the job's python (e.g. `taskset -c 0-3`)."""
     out.mkdir(parents=True, exist_ok=True)
     command: tuple[str, ...] = (
-        sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
+        *prefix, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
         *(arg for plugin in plugins for arg in ("-p", plugin)),
         "-o", "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}", str(ROOT / "suites" / suite),
         *(("-k", select) if select else ()))

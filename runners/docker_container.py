@@ -12,6 +12,7 @@ from typing import Any
 import docker.types
 
 from runners.compile_cache import slug
+from runners.cpu_shares import job_env, spell
 from runners.gpus import gpu_job_env
 from runners.outbox import Limits
 from runners.protocol import RunSpec, map_paths
@@ -38,10 +39,11 @@ TMPFS_MB = 4096
 
 def container_config(spec: RunSpec, image: str, cache: docker.types.Mount | None = None, deployment: str = "default",
                      deadline_slack_s: int = DEADLINE_SLACK_S, gpus: tuple[str, ...] = (),
-                     output: docker.types.Mount | None = None) -> dict[str, Any]:
+                     output: docker.types.Mount | None = None, cpus: tuple[int, ...] = ()) -> dict[str, Any]:
     """Everything `containers.create` gets for a job. `cache`: the job's compile cache, already resolved to its
     repository and trust class (DockerRunner._prepare_cache); `gpus`: the worker's GPUs (empty: all of them);
-    `output`: the job's capped output volume (runners/docker_output.py), never a directory of the worker's."""
+    `output`: the job's capped output volume (runners/docker_output.py), never a directory of the worker's; `cpus`:
+    the job's part of the worker's CPUs (runners/cpu_shares.py; empty: no cpuset)."""
     paths = _path_map(spec)
     mounts = [docker.types.Mount(CHECKOUT_MOUNT, str(spec.checkout_dir), type="bind", read_only=True)]
     if output is not None:
@@ -49,7 +51,8 @@ def container_config(spec: RunSpec, image: str, cache: docker.types.Mount | None
     if spec.deps_dir is not None:
         # Read-only: shared by every job with the same requirements, so no job may change it for the next.
         mounts.append(docker.types.Mount(DEPS_MOUNT, str(spec.deps_dir), type="bind", read_only=True))
-    env = {key: map_paths(value, paths) for key, value in spec.env.items()}
+    env = job_env(cpus, spec.cpus) if cpus else {}
+    env.update({key: map_paths(value, paths) for key, value in spec.env.items()})
     env.update({"HOME": "/tmp", "TMPDIR": "/tmp", "USER": "runner", "PYTHONUNBUFFERED": "1",
                 **linker_env(in_image=True), **gpu_job_env(spec.device)})
     if cache is not None:
@@ -77,6 +80,7 @@ def container_config(spec: RunSpec, image: str, cache: docker.types.Mount | None
         "mem_limit": f"{spec.memory_mb}m",
         "memswap_limit": f"{spec.memory_mb}m",  # no swap: over the limit is an OOM kill, not a crawl
         "nano_cpus": int(spec.cpus * 1e9),
+        **({"cpuset_cpus": spell(cpus)} if cpus else {}),
         "pids_limit": spec.pids,
         # No init process: `timeout` is pid 1; a command it cannot start is told apart from a test failure by its
         # message (an infrastructure error). Killing pid 1 ends the namespace.

@@ -18,6 +18,7 @@ import requests
 
 from runners import header_seed
 from runners.compile_cache import CacheScopeError, JobCache, open_job_cache, slug
+from runners.cpu_shares import CpuShares
 from runners.docker_container import (
     CACHE_MOUNT,
     DEADLINE_LABEL,
@@ -62,7 +63,8 @@ class DockerRunner:
     python = "python"  # the image's interpreter (on its PATH)
 
     def __init__(self, images: Mapping[str, str] | None = None, client: docker.DockerClient | None = None,
-                 untrusted_layer: str = "overlay", deployment: str = "default", gpus: tuple[str, ...] = ()) -> None:
+                 untrusted_layer: str = "overlay", deployment: str = "default", gpus: tuple[str, ...] = (),
+                 slots: int = 1, cpus: tuple[int, ...] = ()) -> None:
         if untrusted_layer not in UNTRUSTED_LAYERS:
             raise ValueError(f"untrusted_layer must be one of {UNTRUSTED_LAYERS}, got {untrusted_layer!r}")
         self.images = {**DEFAULT_IMAGES, **(images or {})}
@@ -72,6 +74,8 @@ class DockerRunner:
         self._client = client
         self.deployment = deployment
         self.gpus = gpus
+        # COMPILE_CI_JOB_SLOTS and COMPILE_CI_CPUS: each job that runs at once in a cpuset of its own.
+        self.shares = CpuShares(slots, cpus)
         self._torch_versions: dict[str, str] = {}
         self._seeds: dict[str, Path | None] = {}  # image id -> its header seed (None: the image has none)
 
@@ -106,6 +110,10 @@ class DockerRunner:
         return self._torch_versions[image]
 
     def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult:
+        with self.shares.lease() as part:
+            return self._run(spec, should_cancel, part)
+
+    def _run(self, spec: RunSpec, should_cancel: ShouldCancel | None, part: tuple[int, ...]) -> RunResult:
         start = time.monotonic()
         spec.output_dir.mkdir(parents=True, exist_ok=True)
         name = container_name(spec.job_id)
@@ -119,7 +127,7 @@ class DockerRunner:
             cache = self._prepare_cache(spec)
             mount = cache.mount if cache is not None else None
             config = container_config(spec, self.images[spec.device], mount, self.deployment, gpus=self.gpus,
-                                      output=output.open())
+                                      output=output.open(), cpus=part)
             container = self.client.containers.create(**config)
             container.start()
             with LogSink(spec.log_path, spec.log_mb << 20) as log:

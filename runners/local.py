@@ -16,6 +16,7 @@ from typing import IO
 
 from runners import header_seed, warm_start
 from runners.compile_cache import JobCache, open_job_cache, process_alive, slug
+from runners.cpu_shares import CpuShares, job_env, pin
 from runners.gpus import gpu_job_env, visible_devices
 from runners.job_log import LogSink
 from runners.layer_cap import LayerWatch
@@ -56,10 +57,13 @@ class LocalRunner:
 
     name = "local"
 
-    def __init__(self, python: str = "", gpus: tuple[str, ...] = (), warm: bool = False) -> None:
+    def __init__(self, python: str = "", gpus: tuple[str, ...] = (), warm: bool = False, slots: int = 1,
+                 cpus: tuple[int, ...] = ()) -> None:
         self.python = python or sys.executable
         self.warm = warm  # COMPILE_CI_WARM_START: jobs forked from the host's warm interpreter (runners/warm_start.py)
         self.gpus = gpus  # COMPILE_CI_GPUS: what a cuda job may see (empty: every GPU of the host)
+        # COMPILE_CI_JOB_SLOTS and COMPILE_CI_CPUS: each job that runs at once on its own part of the worker's CPUs.
+        self.shares = CpuShares(slots, cpus)
         self._torch: str | None = None
         self._seeds: dict[str, Path | None] = {}
         self._interpreter = ""  # the interpreter `python` runs (a wrapper script's too), for the header seed's key
@@ -101,6 +105,10 @@ class LocalRunner:
                 header_seed.from_interpreter(self.python, env)))
 
     def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult:
+        with self.shares.lease() as part:
+            return self._run(spec, should_cancel, part)
+
+    def _run(self, spec: RunSpec, should_cancel: ShouldCancel | None, part: tuple[int, ...]) -> RunResult:
         spec.output_dir.mkdir(parents=True, exist_ok=True)
         private = private_dir(spec.output_dir)
         shutil.rmtree(private, ignore_errors=True)
@@ -114,7 +122,7 @@ class LocalRunner:
         env.update(vec_isa_env(self.python, env))
         env.update(source_keys_env(self.python, env))
         seed = self._seed(spec, env) if spec.cache is not None else None
-        env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1"})
+        env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1", **job_env(part)})
         env.update({key: map_paths(value, paths) for key, value in spec.env.items()})
         env.update(gpu_job_env(spec.device))
         visible = visible_devices(spec.device, self.gpus)
@@ -145,6 +153,7 @@ class LocalRunner:
                         stdin=subprocess.DEVNULL, start_new_session=True)
                 except OSError as exc:
                     return RunResult(None, time.monotonic() - start, infra_error=f"cannot start job: {exc}")
+                pin(proc.pid, part)  # and the job pins itself before it imports torch (suites/cpu_share.py)
                 if isinstance(proc, warm_start.WarmJob):
                     log.write(f"[compile-ci] the job's process {proc.pid} was forked from this host's warm "
                               "interpreter (torch and pytest imported once)\n".encode())

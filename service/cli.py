@@ -98,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(problem)
         queues = _worker_queues(settings, args.queues.split(","), args.torch)
         args.queues = ",".join(queues)
+        if queues != ["github"]:  # each job it runs at once on its own part of its CPUs (runners/cpu_shares.py)
+            os.environ.setdefault("COMPILE_CI_JOB_SLOTS", str(args.concurrency))
         pool = ["-P", "threads"] if queues == ["github"] else []
         beat = ["-B"] if args.beat else []
         os.execvp(sys.executable, [sys.executable, "-m", "celery", "-A", "service.worker", "worker", "-Q",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from runners.cpu_shares import parse_cpus
 from runners.gpus import parse_gpus
 from runners.toolchain import CHOICES as LINKERS
 from service.secret import Secret
@@ -58,6 +59,10 @@ class Settings:
     gpus: tuple[str, ...] = ()
     # LocalRunner: fork each job from a warm interpreter of the host (runners/warm_start.py); opt-in for now.
     warm_start: bool = False
+    # How many jobs this worker runs at once, each on its own part of its CPUs (runners/cpu_shares.py), and those
+    # CPUs (empty: the ones the worker may run on).
+    job_slots: int = 1
+    cpus: tuple[int, ...] = ()
     runner_image_cpu: str = "compile-ci/runner-cpu:latest"
     runner_image_cuda: str = "compile-ci/runner-cuda:latest"
     # The torch versions this deployment has runners for, its default first; an advisory one (a release candidate)
@@ -211,6 +216,11 @@ def _build(env: Mapping[str, str]) -> Settings:
     except ValueError as exc:
         gpus = ()
         problems.append(f"COMPILE_CI_GPUS must list GPU indexes or UUIDs, comma-separated: {exc}")
+    try:
+        cpus = parse_cpus(_get(env, "CPUS")) if _get(env, "CPUS") else ()
+    except ValueError as exc:
+        cpus = ()
+        problems.append(f"COMPILE_CI_CPUS must be a CPU list like 0-7,16-23: {exc}")
     versions, version_problems = parse_versions(_get(env, "TORCH_VERSIONS", DEFAULT_VERSIONS))
     problems += [f"COMPILE_CI_TORCH_VERSIONS: {p}" for p in version_problems]
     worker_torch = _get(env, "WORKER_TORCH")
@@ -250,6 +260,8 @@ def _build(env: Mapping[str, str]) -> Settings:
         runner_python=_get(env, "RUNNER_PYTHON"),
         gpus=gpus,
         warm_start=_bool(env, "WARM_START", False, problems),
+        job_slots=_int(env, "JOB_SLOTS", 1, problems),
+        cpus=cpus,
         runner_image_cpu=_get(env, "RUNNER_IMAGE_CPU", "compile-ci/runner-cpu:latest"),
         runner_image_cuda=_get(env, "RUNNER_IMAGE_CUDA", "compile-ci/runner-cuda:latest"),
         torch_versions=versions or (TorchVersion(DEFAULT_VERSIONS),),

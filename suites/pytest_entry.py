@@ -35,12 +35,19 @@ def prepare() -> None:
 def main(forked: bool = False) -> int:
     """`forked`: this process was forked from a warm interpreter that ran `prepare()` (suites/warm_process.py)."""
     in_job = bool(os.environ.get("COMPILE_CI_OUTPUT_DIR"))  # suites/plugin.py's OUTPUT_ENV
+    if in_job:  # the job's share of the host's CPUs: pinned before torch is imported, its threads sized after
+        from suites import cpu_share
+
+        cpu_share.pin()
     if in_job and forked:
         from suites import compiler_surface
 
         compiler_surface.forked()
     elif in_job:
         prepare()
+    if in_job:
+        sys.stdout.write(cpu_share.size_threads())
+        sys.stdout.flush()
     import pytest
 
     if in_job:  # a session that loses its device context leaves its tests to fresh processes (suites/continuation.py)

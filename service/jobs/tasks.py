@@ -68,17 +68,22 @@ def select_runner(settings: Settings, claims: Leases | None = None) -> Runner:
     containers, and running ones whose job lease no live worker holds.
     """
     if settings.runner == "local":
-        return LocalRunner(settings.runner_python, settings.gpus, settings.warm_start)
+        return _local(settings)
     # Imported here: a worker that never uses Docker needs neither the SDK nor an engine.
     from runners.docker_runner import DockerRunner
 
     images = torch_matrix.runner_images(settings)  # this worker's torch version's
-    docker_runner = DockerRunner(images, deployment=settings.deployment, gpus=settings.gpus)
+    docker_runner = DockerRunner(images, deployment=settings.deployment, gpus=settings.gpus,
+                                 slots=settings.job_slots, cpus=settings.cpus)
     if settings.runner == "docker" or docker_runner.engine_answers():
         docker_runner.sweep_leftovers_quietly(orphaned_jobs(claims) if claims is not None else None)
         return docker_runner
     log.warning("COMPILE_CI_RUNNER=auto: no Docker engine answers; jobs run with LocalRunner on this host")
-    return LocalRunner(settings.runner_python, settings.gpus, settings.warm_start)
+    return _local(settings)
+
+
+def _local(settings: Settings) -> LocalRunner:
+    return LocalRunner(settings.runner_python, settings.gpus, settings.warm_start, settings.job_slots, settings.cpus)
 
 
 def _retry_later(task: Task, exc: TransientGitHubError) -> None:

@@ -178,7 +178,8 @@ class Stack:
                   "--without-gossip"]
         # Reports never wait behind a long job: the github queue has its own (threaded) worker.
         self._spawn("worker-github", [*worker, "-Q", "github", "-P", "threads", "-c", "4", "-n", "github@%h"])
-        self._spawn("worker-cpu", [*worker, "-Q", "cpu", "-c", str(self.cpu_slots), "-n", "cpu@%h"])
+        self._spawn("worker-cpu", [*worker, "-Q", "cpu", "-c", str(self.cpu_slots), "-n", "cpu@%h"],
+                    {"COMPILE_CI_JOB_SLOTS": str(self.cpu_slots)})
         if "cuda" in self.devices.split(","):
             for index in range(self.cuda_workers):
                 pinned = {"COMPILE_CI_GPUS": str(index)} if self.cuda_workers > 1 else {}
