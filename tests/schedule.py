@@ -44,6 +44,11 @@ SECONDS = {
 }
 
 
+# Files handed out only once this many seconds of other files were: they wait for the second torch, which
+# scripts/test.sh installs beside the tests (about 3 min on a fresh machine; tests/next_torch.py).
+NOT_BEFORE = {"tests/integration/test_torch_matrix.py": 900, "tests/unit/test_torch_matrix.py": 900}
+
+
 def longest_first(items: list[Any], docker_files: set[str]) -> list[Any]:
     """`items` grouped by file (in the order their files first appear), the files longest first, Docker files spaced
     by other work while there is some."""
@@ -54,14 +59,20 @@ def longest_first(items: list[Any], docker_files: set[str]) -> list[Any]:
     def weight(path: str) -> int:
         return next((seconds for name, seconds in SECONDS.items() if path.endswith(name)), 0)
 
+    def bar(path: str) -> int:
+        return next((seconds for name, seconds in NOT_BEFORE.items() if path.endswith(name)), 0)
+
     queue = sorted(files, key=lambda path: -weight(path))  # stable: unlisted files keep their order
     ordered: list[str] = []
     owed = 0  # seconds of other files still to hand out before the next Docker file: the last one's own time
+    handed = 0  # seconds of files handed out so far
     while queue:
-        pick = 0
-        if queue[0] in docker_files and owed > 0:
-            pick = next((i for i, path in enumerate(queue) if path not in docker_files), 0)
+        ready = [i for i, path in enumerate(queue) if bar(path) <= handed] or [0]
+        pick = ready[0]
+        if queue[pick] in docker_files and owed > 0:
+            pick = next((i for i in ready if queue[i] not in docker_files), pick)
         path = queue.pop(pick)
         owed = weight(path) if path in docker_files else max(owed - max(weight(path), 1), 0)
+        handed += weight(path)
         ordered.append(path)
     return [item for path in ordered for item in files[path]]

@@ -35,10 +35,10 @@ from service.jobs.tasks import build_context, create_worker_celery
 from service.store import Job, NewRun, Store, utcnow
 from service.web.app import create_app
 from tests.conftest import make_settings, settings_env
+from tests.next_torch import NEXT_PYTHON, next_python
 from tests.rows import force_run
 
 ROOT = Path(__file__).resolve().parents[2]
-NEXT_PYTHON = ROOT / ".venv-torch2.14" / "bin" / "python"
 MATRIX_ENV = {"COMPILE_CI_TORCH_VERSIONS": "2.13, 2.14 advisory"}
 FULL_NAME, REPO_ID = "octo/matrix", 4301
 OWN_TESTS = '''
@@ -90,7 +90,7 @@ def workers(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: 
             matrix_settings: Settings) -> Iterator[None]:
     """The default version's worker (cpu, github; embedded) and the 2.14 worker: a worker process of its own, as
     `compile-ci worker --queues cpu --torch 2.14` starts it, whose LocalRunner runs `.venv-torch2.14`'s python."""
-    assert NEXT_PYTHON.exists(), "scripts/next-torch.sh (run by scripts/test.sh) makes .venv-torch2.14"
+    next_python()  # installed beside the tests by scripts/test.sh: waits for it
     emulator.add_repo(FULL_NAME)
     emulator.add_installation(INSTALLATION_ID, repos=[FULL_NAME])
     env = {k: v for k, v in os.environ.items() if not k.startswith("COMPILE_CI_")}

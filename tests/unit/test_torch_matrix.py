@@ -23,11 +23,11 @@ from service.repo_config import parse_repo_config
 from service.store import Job, NewRun, Run, Store, TestRecord, TestResult, job_id_for
 from service.store.rows import check_name_of
 from service.torch_versions import TorchVersion, parse_versions, queue_for, same_release, split_lane, torch_of_job_id
+from tests.next_torch import next_python
 from tests.rows import force_job
 
 BASE_ENV = {"COMPILE_CI_WEBHOOK_SECRET": "s", "COMPILE_CI_GITHUB_APP_ID": "1",
             "COMPILE_CI_GITHUB_PRIVATE_KEY": "-----BEGIN RSA PRIVATE KEY-----\nx\n-----END RSA PRIVATE KEY-----"}
-NEXT_PYTHON = Path(__file__).resolve().parents[2] / ".venv-torch2.14" / "bin" / "python"
 
 
 def settings(**env: str) -> Settings:
@@ -197,8 +197,7 @@ def test_runners_name_their_torch_and_a_job_of_another_torch_is_refused() -> Non
         torch_matrix.check_runner(default, job, MATRIX)
     torch_matrix.check_runner(default, Job(id="r-repo-cpu", run_id="r", suite="repo", device="cpu", torch=""), MATRIX)
     # Two venvs' interpreters are both `python`: their compile caches are told apart by their torch.
-    assert NEXT_PYTHON.exists(), "scripts/next-torch.sh (run by scripts/test.sh) makes .venv-torch2.14"
-    other = LocalRunner(str(NEXT_PYTHON))
+    other = LocalRunner(str(next_python()))  # installed beside the tests by scripts/test.sh: waits for it
     assert other.cache_key("cpu") != default.cache_key("cpu") and "torch2.14.1" in other.cache_key("cpu")
     torch_matrix.check_runner(other, job, MATRIX)
 
