@@ -5,14 +5,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/setup.sh || exit 1
 set +e
 .venv/bin/ruff check service runners suites tests bench || exit 1
-# The second torch of the version-matrix tests (scripts/next-torch.sh: about 3 min on a fresh machine, mostly its
-# download) installs beside the tests, not before them; the two files that use it wait for it (tests/next_torch.py)
-# and are handed out late (tests/schedule.py). var/next-torch.pending holds the installing shell's pid.
-mkdir -p var
-rm -f var/next-torch.rc
-bash -c 'echo $$ > var/next-torch.pending; bash scripts/next-torch.sh > var/next-torch.log 2>&1; echo $? > var/next-torch.rc
-rm -f var/next-torch.pending' &
-next_torch=$!
+# The second torch of the version-matrix tests (scripts/next-torch.sh: about 2-3 min on a fresh machine, mostly its
+# download) installs beside the set-up and the tests, not before them (.ci/run starts it first thing; here it is
+# started unless it runs); the two files that use it wait for it (tests/next_torch.py) and are handed out late
+# (tests/schedule.py).
+bash scripts/next-torch.sh --background
 # Three pytest-xdist workers on the 2-core host (each file on one of them; files that use the Docker engine take
 # turns, tests/conftest.py DOCKER_FILES): a third worker fills what two leave idle while their tests wait on jobs,
 # workers and sleeps (23 min 41 s with two, 19 min 4 s with three, docs/development.md). COMPILE_CI_TEST_WORKERS=N
@@ -24,7 +21,7 @@ else
   .venv/bin/python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder "$@"
 fi
 rc=$?
-wait "$next_torch"
+while [ -f var/next-torch.pending ] && kill -0 "$(cat var/next-torch.pending 2>/dev/null)" 2>/dev/null; do sleep 1; done
 if [ "$(cat var/next-torch.rc 2>/dev/null)" != 0 ]; then
   echo "test.sh: scripts/next-torch.sh failed; var/next-torch.log ends:" >&2
   tail -n 20 var/next-torch.log >&2
