@@ -19,6 +19,8 @@ its own event loop) and LocalRunner, with the built-in suite:
 torchvision, timm and transformers classes; its [install] requirements come through the install phase as a job's do):
 its files and its config's [install] and [targets], with [suites] set to this bench's suite on cpu. The first pull
 request changes the module of its first declared target, the second a patches module the bench adds beside it.
+The pull requests run with the deployment's COMPILE_CI_SHARD_MIN_SECONDS (`--pr-min-seconds`, default 30): their
+shard count comes from the recorded time of the tests their change reaches (service/jobs/shard_plan.py).
 
 `--suite` takes a comma-separated list or `all` (every built-in suite: one job each, the run's wall is its first
 job's start to its last job's end); `--device cuda` runs them on the cuda queue (a GPU host: LocalRunner, its slots
@@ -192,6 +194,9 @@ def main() -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--phases", default="warm", help="cold, warm or cold,warm")
     parser.add_argument("--no-pull-requests", action="store_true", help="leave out the two pull requests")
+    parser.add_argument("--pr-min-seconds", type=int, default=Settings.shard_min_seconds,
+                        help="COMPILE_CI_SHARD_MIN_SECONDS of the pull requests (default: the deployment's default; "
+                             "the pushes use 0, one shard per slot)")
     parser.add_argument("--warm-up-slots", type=int, default=1, help="worker slots of the warm phase's warm-up push")
     parser.add_argument("--shared-cpus", dest="own_cpus", action="store_false",
                         help="every slot's job on all of the host's CPUs (before 2026-11-29) instead of its own part")
@@ -255,7 +260,8 @@ def measure(args: argparse.Namespace, zoo: Zoo, settings: Settings, declared: Re
               flush=True)
     if args.no_pull_requests:
         return
-    with worker(settings, slots[-1], args.device, args.own_cpus) as sized:  # as many slots as the last push had
+    deployed = dataclasses.replace(settings, shard_min_seconds=args.pr_min_seconds)
+    with worker(deployed, slots[-1], args.device, args.own_cpus) as sized:  # as many slots as the last push had
         name = declared.model
         model = record(f"pull request changing {name}", slots[-1],
                        zoo.pull_request(sized, name, declared.files[name] + "\n# a comment\n"))

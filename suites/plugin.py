@@ -197,6 +197,9 @@ class ArtifactWriter:
             "graph_break_reasons": capture.graph_break_reasons if capture is not None else [],
             "recompile_reasons": capture.recompile_reasons if capture is not None else [],
             "reruns": earlier_attempts(item),
+            # The groups it belongs to (its declared targets' specs, or the built-in corpus): the service counts a
+            # later job's shards from the tests its change can reach (service/jobs/shard_plan.py).
+            "targets": sorted(sharding.target_specs(item) or ()),
         }
         self.files.write(directory / "metrics.json", json.dumps(metrics, indent=2))
         if report.failed:

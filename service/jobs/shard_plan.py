@@ -4,12 +4,12 @@ by COMPILE_CI_MAX_SHARDS, by its number of tests and by what its recorded test t
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from service.jobs.context import WorkerContext
 from service.planning.plan import job_queue
 from service.store import APPROVAL_SUITE, Job, Run
-from service.store.shards import recorded_durations
+from service.store.shards import recorded_tests
 from service.torch_versions import queue_for
 
 
@@ -24,8 +24,19 @@ def shard_count(max_shards: int, slots: int, durations: Mapping[str, float], min
     return max(1, count)
 
 
-def plan_for(ctx: WorkerContext, run: Run, job: Job) -> tuple[int, dict[str, float]]:
-    """The shard count and the recorded durations it was made from ({} for a job that runs whole)."""
+def reachable(recorded: Mapping[str, tuple[float, tuple[str, ...]]], left: Collection[str]) -> dict[str, float]:
+    """The recorded seconds of the tests a job runs: all but those whose every group is left to its source (a test
+    whose groups were not recorded counts)."""
+    return {nodeid: seconds for nodeid, (seconds, groups) in recorded.items()
+            if not (left and groups and set(groups) <= set(left))}
+
+
+def plan_for(ctx: WorkerContext, run: Run, job: Job,
+             not_affected: Callable[[], Collection[str]] | None = None) -> tuple[int, dict[str, float]]:
+    """The shard count and the recorded durations it was made from ({} for a job that runs whole). `not_affected`:
+    the groups whose results the job will take from its source (asked only when the job could be sharded): their
+    tests are left out of the count, so a pull request that changes one model is split by that model's tests' time,
+    not by the whole suite's."""
     if job.suite == APPROVAL_SUITE or ctx.settings.max_shards <= 1:
         return 1, {}
     if job_queue(job.suite, job.device) != job.device:
@@ -34,5 +45,8 @@ def plan_for(ctx: WorkerContext, run: Run, job: Job) -> tuple[int, dict[str, flo
     slots = (ctx.queue.worker_slots() or {}).get(queue_for(job.device, job.torch), 1)
     if slots <= 1:
         return 1, {}  # one worker slot: one shard, exactly as before sharding existed
-    durations = recorded_durations(ctx.store, run.repo_full_name, job.suite, job.device)
+    recorded = recorded_tests(ctx.store, run.repo_full_name, job.suite, job.device)
+    durations = reachable(recorded, not_affected() if recorded and not_affected is not None else ())
+    if recorded and not durations:
+        return 1, {}  # every recorded test is left to the source job: nothing worth a second shard
     return shard_count(ctx.settings.max_shards, slots, durations, ctx.settings.shard_min_seconds), durations

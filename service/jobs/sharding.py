@@ -26,7 +26,7 @@ from service.jobs.shard_plan import plan_for
 from service.observability.worker import job_started
 from service.planning import affected, base_runs
 from service.planning.plan import builtin_suites
-from service.planning.reuse_plan import plan_reuse
+from service.planning.reuse_plan import plan_reuse, preview_reuse
 from service.planning.selection import Selected, fitted_durations, not_affected_env, shard_env
 from service.store import Job, Run, Shard
 from service.store.shards import add_shards_if_absent, get_shard, replace_shard_results, shards_of
@@ -44,7 +44,7 @@ def run_sharded(ctx: WorkerContext, job_id: str) -> bool:
         return job.shards > 1  # a redelivered message: its shards run it, and the reaper watches them
     if job.cancel_requested or ctx.store.is_uninstalled(run.repo_full_name):
         return False  # the whole-job path completes it as it always did
-    count, durations = plan_for(ctx, run, job)
+    count, durations = plan_for(ctx, run, job, lambda: _decision(ctx, run, job, preview=True).not_affected)
     if count <= 1:
         return False
     started = lifecycle.start_sharded(ctx.store, job.id, ctx.runner.name, count)
@@ -67,21 +67,29 @@ def attempt_dir(ctx: WorkerContext, run: Run, job: Job) -> Path:
     return ctx.settings.artifacts_dir / run.id / job.id / str(job.attempt)
 
 
-def _plan(ctx: WorkerContext, run: Run, job: Job, durations: dict[str, float]) -> dict[str, object]:
-    """What every shard of the attempt selects by, decided once: the recorded durations and the targets the change
-    cannot affect (decided here from the diff, so that no shard decides differently)."""
-    work = ctx.settings.data_dir / "work" / f"{job.id}-plan"
-    decision = affected.Decision()
+def _decision(ctx: WorkerContext, run: Run, job: Job, preview: bool = False) -> affected.Decision:
+    """The targets the change cannot affect, from the diff; `preview`: for the shard count, recorded nowhere (the
+    started attempt decides again and records: `_plan`)."""
+    work = ctx.settings.data_dir / "work" / f"{job.id}-{'preview' if preview else 'plan'}"
     try:
         mirror = ctx.fetch(run)
         config = base_runs.job_config(ctx.checkout, mirror, run, builtin_suites(ctx.suites_dir))
-        if not isinstance(config, list):
-            checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
-            decision = plan_reuse(ctx, run, job, config, mirror, checkout).decision
+        if isinstance(config, list):
+            return affected.Decision()
+        checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
+        if preview:
+            return affected.Decision(not_affected=preview_reuse(ctx, run, job, config, mirror, checkout))
+        return plan_reuse(ctx, run, job, config, mirror, checkout).decision
     except Exception as exc:  # noqa: BLE001 - unsure runs everything; the shards meet any real fault themselves
-        decision = affected.everything(f"the change was not analysed ({type(exc).__name__})")
+        return affected.everything(f"the change was not analysed ({type(exc).__name__})")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _plan(ctx: WorkerContext, run: Run, job: Job, durations: dict[str, float]) -> dict[str, object]:
+    """What every shard of the attempt selects by, decided once: the recorded durations and the targets the change
+    cannot affect (decided here from the diff, so that no shard decides differently)."""
+    decision = _decision(ctx, run, job)
     return {"durations": fitted_durations(durations), "not_affected": list(decision.not_affected),
             "changed_env": affected.changed_files_env(job.suite, decision.changed), "note": decision.line}
 

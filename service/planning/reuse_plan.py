@@ -63,9 +63,25 @@ class ReusePlan:
 def plan_reuse(ctx: Planner, run: Run, job: Job, config: RepoConfig, mirror: Path,
                checkout: Path) -> ReusePlan:
     """Decide, and record (with this attempt's keys) before the job runs. Anything unsure runs everything."""
+    inputs, plan = _reuse(ctx, run, job, config, mirror, checkout)
+    record_plan(ctx.store, job.id, job.attempt, Planned(inputs.suites, inputs.build, inputs.device, inputs.torch,
+                                                        inputs.config, _keys(inputs, config, checkout), plan.source,
+                                                        plan.source_run, plan.decision.not_affected,
+                                                        plan.decision.line))
+    return plan
+
+
+def preview_reuse(ctx: Planner, run: Run, job: Job, config: RepoConfig, mirror: Path,
+                  checkout: Path) -> tuple[str, ...]:
+    """The groups `plan_reuse` would leave to the source job now, recording nothing (the shard count is made from
+    what is left: service/jobs/shard_plan.py)."""
+    return _reuse(ctx, run, job, config, mirror, checkout)[1].decision.not_affected
+
+
+def _reuse(ctx: Planner, run: Run, job: Job, config: RepoConfig, mirror: Path,
+           checkout: Path) -> tuple[Inputs, ReusePlan]:
     inputs = Inputs(suites_digest(ctx.suites_dir), ctx.runner.build_id(job.device), job.device, job.torch,
                     config_digest(config))
-    keys = _keys(inputs, config, checkout)
     try:
         plan = _decide(ctx, run, job, config, mirror, checkout, inputs)
     except Exception as exc:  # noqa: BLE001 - whatever the pull request's files hold, the job runs, whole
@@ -78,11 +94,7 @@ def plan_reuse(ctx: Planner, run: Run, job: Job, config: RepoConfig, mirror: Pat
     # The ops sweep aims at what a pull request changed (affected.changed_files_env); other runs sweep their scope.
     decision = replace(plan.decision, not_affected=plan.decision.not_affected if source else (),
                        changed=plan.decision.changed if run.trigger == "pull_request" else None)
-    record_plan(ctx.store, job.id, job.attempt, Planned(inputs.suites, inputs.build, inputs.device, inputs.torch,
-                                                        inputs.config, keys, source,
-                                                        plan.source_run if source else "", decision.not_affected,
-                                                        decision.line))
-    return ReusePlan(decision, source, plan.source_run if source else "")
+    return inputs, ReusePlan(decision, source, plan.source_run if source else "")
 
 
 def _keys(inputs: Inputs, config: RepoConfig, checkout: Path) -> dict[str, str]:

@@ -89,15 +89,24 @@ def not_affected_results(store: Store, job_id: str, attempt: int) -> list[TestRe
 def recorded_durations(store: Store, repo: str, suite: str, device: str) -> dict[str, float]:
     """Seconds per test from the newest finished jobs of this suite and device: the default branch's first (its
     newest push run), then any run's, for tests it does not have. Results copied from a base are not measurements."""
+    return {nodeid: seconds for nodeid, (seconds, _groups) in recorded_tests(store, repo, suite, device).items()}
+
+
+def recorded_tests(store: Store, repo: str, suite: str, device: str) -> dict[str, tuple[float, tuple[str, ...]]]:
+    """`recorded_durations`, each with the groups its job said the test belongs to (its declared targets' specs, or
+    the built-in corpus: the plugin's `targets` metric; () where it said none). Job output: only ever a shard count's
+    input, bounded by the worker slots either way."""
     jobs = (select(Job.id, Job.attempt).join(Run, Run.id == Job.run_id)
             .where(Run.repo_full_name == repo, Job.suite == suite, Job.device == device, Job.state == "completed",
                    Job.conclusion.in_(("success", "failure")))
             .order_by((Run.trigger == "push").desc(), Job.finished_at.desc()).limit(HISTORY_JOBS))
-    durations: dict[str, float] = {}
+    found: dict[str, tuple[float, tuple[str, ...]]] = {}
     with store.session() as s:
         for job_id, attempt in s.execute(jobs).all():
-            rows = s.execute(select(TestResult.nodeid, TestResult.duration_s).where(
+            rows = s.execute(select(TestResult.nodeid, TestResult.duration_s, TestResult.metrics).where(
                 TestResult.job_id == job_id, TestResult.attempt == attempt, TestResult.not_affected.is_(False)))
-            for nodeid, seconds in rows:
-                durations.setdefault(nodeid, max(0.0, float(seconds or 0.0)))
-    return durations
+            for nodeid, seconds, metrics in rows:
+                said = (metrics or {}).get("targets") if isinstance(metrics, dict) else None
+                groups = tuple(g for g in said if isinstance(g, str)) if isinstance(said, list) else ()
+                found.setdefault(nodeid, (max(0.0, float(seconds or 0.0)), groups))
+    return found

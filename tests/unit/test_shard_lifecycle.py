@@ -9,6 +9,7 @@ import pytest
 
 from service.jobs import lifecycle
 from service.jobs.lifecycle import Conclusion, JobState, Outcome
+from service.jobs.shard_plan import reachable, shard_count
 from service.store import NewRun, Run, Store, TestRecord
 from service.store.reuse import fill_reused
 from service.store.shards import (
@@ -17,6 +18,7 @@ from service.store.shards import (
     add_shards_if_absent,
     order_results,
     recorded_durations,
+    recorded_tests,
     replace_shard_results,
     shards_of,
 )
@@ -144,3 +146,31 @@ def test_durations_come_from_the_default_branch_first_then_any_run(store: Store)
     assert recorded_durations(store, "octo/zoo", "correctness", "cpu") == {
         "t::shared": 5.0, "t::only-push": 5.0, "t::only-pull_request": 9.0}
     assert recorded_durations(store, "octo/zoo", "fusion", "cpu") == {}
+
+
+def test_a_pull_request_is_split_by_the_tests_its_change_reaches_not_by_the_whole_suite(store: Store) -> None:
+    """A push recorded each test's groups (the plugin's `targets` metric); a pull request that changes one model
+    leaves the others' tests to its base, so its shard count comes from that model's tests alone."""
+    run = _run(store, "push", "b")
+    lifecycle.plan(store, run, [lifecycle.new_job(run, "correctness", "cpu", 60)], None)
+    (job,) = store.jobs_of(run.id)
+    job = lifecycle.start(store, job.id, "local")
+    groups = {"resnet": ["zoo.resnet:examples"], "gpt2": ["zoo.gpt2:examples"], "corpus": ["(built-in corpus)"],
+              "both": ["zoo.gpt2:examples", "zoo.resnet:examples"], "unsaid": None}
+    records = [TestRecord(nodeid=f"t::{name}{i}", outcome="passed", duration_s=10.0,
+                          metrics={} if said is None else {"targets": said})
+               for name, said in groups.items() for i in range(4)]
+    store.replace_results(job.id, job.attempt, records)
+    lifecycle.complete(store, job, Outcome(Conclusion.SUCCESS, "20 passed"))
+    recorded = recorded_tests(store, "octo/zoo", "correctness", "cpu")
+    assert recorded["t::both0"] == (10.0, ("zoo.gpt2:examples", "zoo.resnet:examples"))
+    assert recorded["t::unsaid0"] == (10.0, ())
+    everything = reachable(recorded, ())
+    assert len(everything) == 20 and shard_count(4, 4, everything, 40) == 4
+    # Only gpt2 changed: resnet's and the corpus's tests are left to the base; gpt2's, the test of both models and
+    # the tests whose groups were never said run (120 s: three shards of 40 s, not four).
+    left = reachable(recorded, ("zoo.resnet:examples", "(built-in corpus)"))
+    assert sorted({n[:-1] for n in left}) == ["t::both", "t::gpt2", "t::unsaid"]
+    assert shard_count(4, 4, left, 40) == 3
+    assert reachable(recorded, ("zoo.resnet:examples", "zoo.gpt2:examples", "(built-in corpus)")) == {
+        f"t::unsaid{i}": 10.0 for i in range(4)}

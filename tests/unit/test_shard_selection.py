@@ -3,6 +3,7 @@ tests one runner runs, once each; tests of declared targets the change cannot af
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from service.planning.selection import not_affected_env, read_selection, shard_env
+from suites.naming import sanitise_nodeid
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = '''
@@ -77,6 +79,12 @@ def suite(tmp_path: Path) -> Path:
 def test_shards_run_every_test_once_and_leave_out_what_the_change_cannot_affect(suite: Path) -> None:
     code, whole, out = run_pytest(suite, "whole", {})
     assert code == 0 and len(whole) == 13 and not (out / "selection.json").exists()  # asked nothing: no selection
+    # Each test's groups, in its metrics: what a later job's shard count leaves out (service/jobs/shard_plan.py).
+    groups = {name: json.loads((out / "tests" / sanitise_nodeid(f"test_zoo.py::{name}") / "metrics.json")
+                               .read_text())["targets"] for name in whole}
+    assert groups["test_declared_model[resnet]"] == groups["test_adversarial_declared_model[resnet-bf16]"] == [
+        "zoo.resnet:examples"]
+    assert groups["test_corpus[3]"] == ["(built-in corpus)"] and groups["test_unloadable[broken]"] == []
     durations = {"test_zoo.py::test_corpus[0]": 30.0, "test_zoo.py::test_declared_model[vit]": 20.0}
     left_out = not_affected_env(["zoo.resnet:examples", "zoo.broken:examples"])
     parts = [run_pytest(suite, f"shard{k}", {**shard_env(k, 2, durations), **left_out}) for k in range(2)]
