@@ -251,6 +251,11 @@ def measure(args: argparse.Namespace, zoo: Zoo, settings: Settings, declared: Re
         for count in slots:
             if phase == "cold":  # every slot count starts from an empty compile cache
                 shutil.rmtree(settings.cache_dir, ignore_errors=True)
+            if phase == "warm" and args.device == "cpu" and args.own_cpus and count != args.warm_up_slots:
+                # inductor keys a CPU kernel on torch's thread count, which is the slot's share of the CPUs: a
+                # worker of this many slots warms its own entries, as a deployment's does on its first push.
+                with worker(settings, count, args.device, args.own_cpus) as sized:
+                    record(f"warm-up push for {count} slots (unmeasured)", count, zoo.push(sized, f"warm {count}"))
             with worker(settings, count, args.device, args.own_cpus) as sized:
                 walls[count] = record(f"push, {phase}", count, zoo.push(sized, f"{phase} on {count} workers"))
         first = walls[slots[0]]
