@@ -21,7 +21,10 @@ else
   .venv/bin/python -m pytest -n "$workers" --dist loadfile --no-loadscope-reorder "$@"
 fi
 rc=$?
-while [ -f var/next-torch.pending ] && kill -0 "$(cat var/next-torch.pending 2>/dev/null)" 2>/dev/null; do sleep 1; done
+for _ in $(seq 900); do  # the install's end, at most 15 min after the tests' (a hung one is then said to fail)
+  [ -f var/next-torch.pending ] && kill -0 "$(cat var/next-torch.pending 2>/dev/null)" 2>/dev/null || break
+  sleep 1
+done
 if [ "$(cat var/next-torch.rc 2>/dev/null)" != 0 ]; then
   echo "test.sh: scripts/next-torch.sh failed; var/next-torch.log ends:" >&2
   tail -n 20 var/next-torch.log >&2

@@ -41,6 +41,7 @@ SECONDS = {
     "tests/suites/test_compiler_surface_hosts.py": 19, "tests/suites/test_ops_judgement.py": 18,
     "tests/suites/test_compiler_surface_job.py": 18, "tests/suites/test_capture.py": 18,
     "tests/suites/test_compiler_surface_patterns.py": 17, "tests/suites/test_reruns.py": 16,
+    "tests/runners/test_cpu_shares_jobs.py": 41,  # 2026-11-29, alone
 }
 
 
