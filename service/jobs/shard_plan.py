@@ -46,7 +46,11 @@ def plan_for(ctx: WorkerContext, run: Run, job: Job,
     if slots <= 1:
         return 1, {}  # one worker slot: one shard, exactly as before sharding existed
     recorded = recorded_tests(ctx.store, run.repo_full_name, job.suite, job.device)
-    durations = reachable(recorded, not_affected() if recorded and not_affected is not None else ())
-    if recorded and not durations:
+    durations = reachable(recorded, ())
+    count = shard_count(ctx.settings.max_shards, slots, durations, ctx.settings.shard_min_seconds)
+    if count <= 1 or not recorded or not_affected is None:
+        return count, durations  # leaving tests out could only lower a count of one: the change is not read
+    durations = reachable(recorded, not_affected())
+    if not durations:
         return 1, {}  # every recorded test is left to the source job: nothing worth a second shard
     return shard_count(ctx.settings.max_shards, slots, durations, ctx.settings.shard_min_seconds), durations

@@ -26,7 +26,7 @@ from service.jobs.shard_plan import plan_for
 from service.observability.worker import job_started
 from service.planning import affected, base_runs
 from service.planning.plan import builtin_suites
-from service.planning.reuse_plan import plan_reuse, preview_reuse
+from service.planning.reuse_plan import Decided, decide_reuse, record_reuse
 from service.planning.selection import Selected, fitted_durations, not_affected_env, shard_env
 from service.store import Job, Run, Shard
 from service.store.shards import add_shards_if_absent, get_shard, replace_shard_results, shards_of
@@ -44,14 +44,20 @@ def run_sharded(ctx: WorkerContext, job_id: str) -> bool:
         return job.shards > 1  # a redelivered message: its shards run it, and the reaper watches them
     if job.cancel_requested or ctx.store.is_uninstalled(run.repo_full_name):
         return False  # the whole-job path completes it as it always did
-    count, durations = plan_for(ctx, run, job, lambda: _decision(ctx, run, job, preview=True).not_affected)
+    decided: list[Decided | affected.Decision] = []  # decided once, asked only when the suite's count would shard
+
+    def not_affected() -> tuple[str, ...]:
+        decided.append(_decide(ctx, run, job))
+        return _decision(decided[0]).not_affected
+
+    count, durations = plan_for(ctx, run, job, not_affected)
     if count <= 1:
         return False
     started = lifecycle.start_sharded(ctx.store, job.id, ctx.runner.name, count)
     if started is None:
         return True  # another worker fanned it out first
     job_started(started)
-    plan = _plan(ctx, run, started, durations)
+    plan = _plan(ctx, run, started, durations, decided[0] if decided else _decide(ctx, run, started))
     add_shards_if_absent(ctx.store, lifecycle.new_shards(started, json.dumps(plan)))
     out = attempt_dir(ctx, run, started)
     out.mkdir(parents=True, exist_ok=True)
@@ -67,29 +73,33 @@ def attempt_dir(ctx: WorkerContext, run: Run, job: Job) -> Path:
     return ctx.settings.artifacts_dir / run.id / job.id / str(job.attempt)
 
 
-def _decision(ctx: WorkerContext, run: Run, job: Job, preview: bool = False) -> affected.Decision:
-    """The targets the change cannot affect, from the diff; `preview`: for the shard count, recorded nowhere (the
-    started attempt decides again and records: `_plan`)."""
-    work = ctx.settings.data_dir / "work" / f"{job.id}-{'preview' if preview else 'plan'}"
+def _decide(ctx: WorkerContext, run: Run, job: Job) -> Decided | affected.Decision:
+    """The targets the change cannot affect, from the diff, not yet recorded (a Decision: nothing to record)."""
+    work = ctx.settings.data_dir / "work" / f"{job.id}-plan"
     try:
         mirror = ctx.fetch(run)
         config = base_runs.job_config(ctx.checkout, mirror, run, builtin_suites(ctx.suites_dir))
         if isinstance(config, list):
             return affected.Decision()
-        checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
-        if preview:
-            return affected.Decision(not_affected=preview_reuse(ctx, run, job, config, mirror, checkout))
-        return plan_reuse(ctx, run, job, config, mirror, checkout).decision
+        return decide_reuse(ctx, run, job, config, mirror, ctx.checkout.export(mirror, run.head_sha, work / "src"))
     except Exception as exc:  # noqa: BLE001 - unsure runs everything; the shards meet any real fault themselves
         return affected.everything(f"the change was not analysed ({type(exc).__name__})")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _plan(ctx: WorkerContext, run: Run, job: Job, durations: dict[str, float]) -> dict[str, object]:
+def _decision(decided: Decided | affected.Decision) -> affected.Decision:
+    return decided.plan.decision if isinstance(decided, Decided) else decided
+
+
+def _plan(ctx: WorkerContext, run: Run, job: Job, durations: dict[str, float],
+          decided: Decided | affected.Decision) -> dict[str, object]:
     """What every shard of the attempt selects by, decided once: the recorded durations and the targets the change
-    cannot affect (decided here from the diff, so that no shard decides differently)."""
-    decision = _decision(ctx, run, job)
+    cannot affect (decided from the diff before the count, recorded here for the started attempt, so that no shard
+    decides differently)."""
+    if isinstance(decided, Decided):
+        record_reuse(ctx.store, job.id, job.attempt, decided)
+    decision = _decision(decided)
     return {"durations": fitted_durations(durations), "not_affected": list(decision.not_affected),
             "changed_env": affected.changed_files_env(job.suite, decision.changed), "note": decision.line}
 

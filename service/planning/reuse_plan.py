@@ -60,22 +60,33 @@ class ReusePlan:
     source_run: str = ""
 
 
+@dataclass(frozen=True)
+class Decided:
+    """A decision not yet recorded: what `record_reuse` stores for the attempt that runs it."""
+    inputs: Inputs
+    keys: dict[str, str]
+    plan: ReusePlan
+
+
 def plan_reuse(ctx: Planner, run: Run, job: Job, config: RepoConfig, mirror: Path,
                checkout: Path) -> ReusePlan:
     """Decide, and record (with this attempt's keys) before the job runs. Anything unsure runs everything."""
+    return record_reuse(ctx.store, job.id, job.attempt, decide_reuse(ctx, run, job, config, mirror, checkout))
+
+
+def decide_reuse(ctx: Planner, run: Run, job: Job, config: RepoConfig, mirror: Path, checkout: Path) -> Decided:
+    """Decide, recording nothing: a sharded job decides before its attempt starts (its shard count is made from
+    what is left: service/jobs/shard_plan.py) and records the same decision for the attempt that runs it."""
     inputs, plan = _reuse(ctx, run, job, config, mirror, checkout)
-    record_plan(ctx.store, job.id, job.attempt, Planned(inputs.suites, inputs.build, inputs.device, inputs.torch,
-                                                        inputs.config, _keys(inputs, config, checkout), plan.source,
-                                                        plan.source_run, plan.decision.not_affected,
-                                                        plan.decision.line))
+    return Decided(inputs, _keys(inputs, config, checkout), plan)
+
+
+def record_reuse(store: Store, job_id: str, attempt: int, decided: Decided) -> ReusePlan:
+    inputs, plan = decided.inputs, decided.plan
+    record_plan(store, job_id, attempt, Planned(inputs.suites, inputs.build, inputs.device, inputs.torch,
+                                                inputs.config, decided.keys, plan.source, plan.source_run,
+                                                plan.decision.not_affected, plan.decision.line))
     return plan
-
-
-def preview_reuse(ctx: Planner, run: Run, job: Job, config: RepoConfig, mirror: Path,
-                  checkout: Path) -> tuple[str, ...]:
-    """The groups `plan_reuse` would leave to the source job now, recording nothing (the shard count is made from
-    what is left: service/jobs/shard_plan.py)."""
-    return _reuse(ctx, run, job, config, mirror, checkout)[1].decision.not_affected
 
 
 def _reuse(ctx: Planner, run: Run, job: Job, config: RepoConfig, mirror: Path,
