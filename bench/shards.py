@@ -9,8 +9,9 @@ its own event loop) and LocalRunner, with the built-in suite:
 
 1. an unmeasured push that fills the trusted compile cache and records each test's duration;
 2. for W in --workers: a push of a new commit on W cpu worker slots (COMPILE_CI_MAX_SHARDS=W, no minimum seconds
-   per shard): the job's wall time, its shards' own times and each shard's overhead (its wall time minus the time
-   of the tests it ran: a pytest, a torch import, the collection, the plugin);
+   per shard unless `--push-min-seconds` says otherwise): the job's wall time, its shards' own times and each
+   shard's overhead (its wall time minus the time of the tests it ran: a pytest, a torch import, the collection,
+   the plugin);
 3. two pull requests on the last count of worker slots, against the last push: one that changes one model's module
    (only that model's tests run; the others take the base's results) and one that changes zoo/patches.py
    (everything runs).
@@ -149,7 +150,7 @@ def job_figures(zoo: Zoo, job: Job) -> dict[str, object]:
             "tests_run": len(results), "tests_s": sum(r.duration_s for r in results), "passed": job.passed,
             "failed": job.failed, "not_affected": len(zoo.store.results_of(job.id, job.attempt)) - len(results),
             "shards": shards, "detail": job.detail[:600] if job.conclusion != "success" else "",
-            "failures": [f"{r.nodeid} (shard {r.shard}): {r.message[:300]}" for r in results
+            "failures": [f"{r.nodeid} (shard {r.shard}): {r.message[:1500]}" for r in results
                          if r.outcome in ("failed", "error")]}
 
 
@@ -195,8 +196,10 @@ def main() -> int:
     parser.add_argument("--phases", default="warm", help="cold, warm or cold,warm")
     parser.add_argument("--no-pull-requests", action="store_true", help="leave out the two pull requests")
     parser.add_argument("--pr-min-seconds", type=int, default=Settings.shard_min_seconds,
-                        help="COMPILE_CI_SHARD_MIN_SECONDS of the pull requests (default: the deployment's default; "
-                             "the pushes use 0, one shard per slot)")
+                        help="COMPILE_CI_SHARD_MIN_SECONDS of the pull requests (default: the deployment's default)")
+    parser.add_argument("--push-min-seconds", type=int, default=0,
+                        help="COMPILE_CI_SHARD_MIN_SECONDS of the pushes (default 0: one shard per slot, which shows "
+                             "sharding itself; the deployment's default, 30, is what a user's push gets)")
     parser.add_argument("--warm-up-slots", type=int, default=1, help="worker slots of the warm phase's warm-up push")
     parser.add_argument("--shared-cpus", dest="own_cpus", action="store_false",
                         help="every slot's job on all of the host's CPUs (before 2026-11-29) instead of its own part")
@@ -213,7 +216,7 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="compile-ci-bench-shards-"))
     with private_stack(root, FULL_NAME, INSTALLATION_ID) as (redis_url, emulator, private_key):
         base = settings_for(root, redis_url, emulator.url, private_key)
-        settings = dataclasses.replace(base, shard_min_seconds=0, devices=(args.device,))
+        settings = dataclasses.replace(base, shard_min_seconds=args.push_min_seconds, devices=(args.device,))
         repo = root / "repos" / FULL_NAME
         repo.mkdir(parents=True)
         subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)

@@ -96,10 +96,12 @@ class RepoCache:
         return self.base / "layers" / slug(job_id)
 
     @contextmanager
-    def locked(self) -> Iterator[None]:
+    def locked(self, shared: bool = False) -> Iterator[None]:
+        """Exclusive for whatever changes trusted/ (set-ups, evictions, drops, pulls); shared for copies, which only
+        read it: four untrusted shards starting together copy at once instead of one after another."""
         self.base.mkdir(parents=True, exist_ok=True)
         with open(self.base / ".lock", "a") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             try:
                 yield
             finally:
@@ -122,10 +124,14 @@ class RepoCache:
     def copy_trusted(self, dest: Path) -> None:
         """A private copy of the trusted cache (reflinks where the filesystem has them, else a plain copy)."""
         dest.mkdir(parents=True, exist_ok=True)
-        with self.locked():
-            self.trusted_dir.mkdir(parents=True, exist_ok=True)
+        self.trusted_dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        with self.locked(shared=True):
+            waited = time.monotonic() - started
             subprocess.run(["cp", "-a", "--reflink=auto", f"{self.trusted_dir}/.", str(dest)], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        log.info("compile cache %s: a private copy in %.1f s (%.1f s waiting for the lock)", self.base,
+                 time.monotonic() - started, waited)
 
     def writing_marker(self, job_id: str) -> Path:
         return self.base / "writing" / slug(job_id)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -84,6 +86,35 @@ def test_a_crashed_workers_layers_are_cleared_at_the_next_setup(tmp_path: Path) 
     fresh = repo.new_layer("next-job")
     assert not stale.exists() and running.exists() and fresh.exists()
 
+
+
+def _copy_in_thread(repo: RepoCache, dest: Path) -> threading.Thread:
+    copier = threading.Thread(target=repo.copy_trusted, args=(dest,), daemon=True)
+    copier.start()
+    return copier
+
+
+def test_untrusted_copies_run_at_once_and_wait_only_for_what_changes_the_trusted_cache(tmp_path: Path) -> None:
+    # Four untrusted shards of a pull request start together on one worker: each copies the trusted cache, and a
+    # copy held another's turn (a real model's cache took seconds per shard on the GPU host). A set-up, eviction or
+    # drop of the trusted cache still goes alone: a copy started meanwhile waits, and gets what it left.
+    repo = RepoCache.of(CacheScope(tmp_path, "101", UNTRUSTED), "local-py")
+    write(repo.trusted_dir / "inductor" / "kept.py", 10, time.time())
+    with open(repo.base / ".lock", "a") as other:  # another job's copy, mid-way (its own open file: its own lock)
+        fcntl.flock(other, fcntl.LOCK_SH)
+        copier = _copy_in_thread(repo, tmp_path / "first")
+        copier.join(30)
+        assert not copier.is_alive(), "a copy waited for another copy"
+    assert (tmp_path / "first" / "inductor" / "kept.py").read_bytes() == b"x" * 10
+    with repo.locked():  # a trusted job's set-up (or an eviction) changes the directory under the lock
+        copier = _copy_in_thread(repo, tmp_path / "second")
+        copier.join(0.5)
+        assert copier.is_alive(), "a copy read the trusted cache while it was being changed"
+        (repo.trusted_dir / "inductor" / "kept.py").unlink()
+        write(repo.trusted_dir / "inductor" / "after.py", 10, time.time())
+    copier.join(30)
+    assert not copier.is_alive()
+    assert sorted(p.name for p in (tmp_path / "second" / "inductor").iterdir()) == ["after.py"]
 
 FILL = ("import os, pathlib, time\n"
         "cache = pathlib.Path(os.environ['TORCHINDUCTOR_CACHE_DIR'])\n"

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from runners import warm_start
+from runners.compile_cache import TRUSTED, CacheScope
 from runners.local import LocalRunner
 from runners.protocol import RunResult, RunSpec
 from service.jobs.pipeline import pytest_command
@@ -81,8 +82,11 @@ def spec_for(python: str, repo: Path, out: Path, meet: Path | None) -> RunSpec:
            "COMPILE_CI_TARGETS": "{}", "COMPILE_CI_DEADLINE": str(int(time.time() + 300))}
     if meet is not None:  # the same for every job (the warm interpreter is keyed by the job's environment)
         env["SHARE_MEET_DIR"] = str(meet)
+    # One trusted cache for every job of a test, as a repository's pushes share theirs: the precompiled header is
+    # built once, and the forked round is served what the fresh round compiled (the same thread count: one).
+    cache = CacheScope(out.parent.parent / "cache", "share", TRUSTED)
     return RunSpec(job_id=f"share-{out.parent.name}-{out.name}", command=command, checkout_dir=repo, output_dir=out,
-                   timeout_s=300, env=env, suites_dir=ROOT / "suites")
+                   timeout_s=300, env=env, cache=cache, suites_dir=ROOT / "suites")
 
 
 def at_once(runner, repo: Path, base: Path, count: int) -> list[tuple[RunResult, dict, str]]:
