@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -117,6 +118,27 @@ def settings_env(tmp_path: Path, redis_url: str, github_url: str, private_key: s
         "COMPILE_CI_MAX_SHARDS": "1",
         **extra,
     }
+
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wrapper_python(path: Path, **variables: str) -> Path:
+    """An interpreter for a LocalRunner's jobs that imports `suites` (the plugin, the job's entry) from this checkout,
+    not from wherever the virtual environment's editable install points, with `variables` set."""
+    assignments = "".join(f"{name}={value} " for name, value in variables.items())
+    path.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} {assignments}exec {sys.executable} "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture(scope="session")
+def checkout_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One such interpreter per test process (COMPILE_CI_RUNNER_PYTHON of the pipeline tests). A LocalRunner checks an
+    interpreter's vector ISA and computes its source keys once per worker process and interpreter path
+    (runners/toolchain.py: about 10 s of CPU on this host); a wrapper of its own in every test paid them every test."""
+    return wrapper_python(tmp_path_factory.getbasetemp() / "checkout-python")
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ with the code change counted; a planted flaky test is flaky and green. One base 
 from __future__ import annotations
 
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -145,13 +144,11 @@ def repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def settings(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: tuple[str, str]) -> Settings:
-    # The job's interpreter imports `suites` (the plugin: graph-break reasons, in-job re-runs) from this checkout,
-    # not from wherever the virtual environment's editable install points.
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} "$@"\n')
-    python.chmod(0o755)
-    return make_settings(tmp_path, redis_url, emulator.url, app_keys[0], COMPILE_CI_RUNNER_PYTHON=str(python))
+def settings(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: tuple[str, str],
+             checkout_python: Path) -> Settings:
+    # The job's interpreter imports `suites` (the plugin: graph-break reasons, in-job re-runs) from this checkout
+    # (tests/conftest.py checkout_python).
+    return make_settings(tmp_path, redis_url, emulator.url, app_keys[0], COMPILE_CI_RUNNER_PYTHON=str(checkout_python))
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,12 +92,10 @@ def repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def settings(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: tuple[str, str]) -> Settings:
-    # The job's interpreter imports `suites` (the capture plugin) from this checkout.
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} "$@"\n')
-    python.chmod(0o755)
-    return make_settings(tmp_path, redis_url, emulator.url, app_keys[0], COMPILE_CI_RUNNER_PYTHON=str(python))
+def settings(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: tuple[str, str],
+             checkout_python: Path) -> Settings:
+    # The job's interpreter imports `suites` (the capture plugin) from this checkout (tests/conftest.py).
+    return make_settings(tmp_path, redis_url, emulator.url, app_keys[0], COMPILE_CI_RUNNER_PYTHON=str(checkout_python))
 
 
 @pytest.fixture

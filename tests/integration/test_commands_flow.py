@@ -6,7 +6,6 @@ torch-free suite -> the strict fake GitHub, which records check runs, comments a
 
 from __future__ import annotations
 
-import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -51,15 +50,13 @@ T = TypeVar("T")
 
 
 @pytest.fixture
-def settings(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: tuple[str, str]) -> Settings:
-    # The job's python sees this checkout's `suites.plugin` (the runner passes no PYTHONPATH), so the progress
+def settings(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: tuple[str, str],
+             checkout_python: Path) -> Settings:
+    # The job's python sees this checkout's `suites.plugin` (tests/conftest.py checkout_python), so the progress
     # it writes is the one under test, wherever compile-ci happens to be installed.
-    python = tmp_path / "job-python"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} "$@"\n')
-    python.chmod(0o755)
     # cuda served too (the tiny suite runs anywhere); progress published every second.
     return make_settings(tmp_path, redis_url, emulator.url, app_keys[0], COMPILE_CI_DEVICES="cpu,cuda",
-                         COMPILE_CI_PROGRESS_INTERVAL_SECONDS="1", COMPILE_CI_RUNNER_PYTHON=str(python))
+                         COMPILE_CI_PROGRESS_INTERVAL_SECONDS="1", COMPILE_CI_RUNNER_PYTHON=str(checkout_python))
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ and a test per declared model, and run through `suites.pytest_entry`, which writ
 
 from __future__ import annotations
 
+import shutil
 import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator
@@ -29,9 +29,8 @@ from service.store import Job, Run, Store, job_id_of_external
 from service.store.reuse import inputs_of
 from service.web.app import create_app
 from suites.naming import sanitise_nodeid
-from tests.conftest import make_settings
+from tests.conftest import make_settings, wrapper_python
 from tests.integration.test_base_judgement import deliver, head_of
-from tests.integration.test_shards import ROOT
 
 FULL_NAME = "octo/zoo"
 REPO_ID = 4031
@@ -115,20 +114,26 @@ SNEAKY = ('import torch\nimport torch._inductor.lowering as lowering\n\n\ndef _s
           'lowering.lowerings[torch.ops.aten.sin.default] = _sin\n')
 
 
+@pytest.fixture(scope="module")
+def gated_python(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The jobs' interpreter (this checkout's `suites`, tests/conftest.py) with the gates' directory set, one for the
+    module: the runner checks an interpreter once per process and path, so the module's tests pay that once."""
+    gates = tmp_path_factory.mktemp("zoo-gates")
+    return wrapper_python(gates.parent / f"{gates.name}-python", ZOO_GATES=str(gates)), gates
+
+
 @pytest.fixture
-def gates(tmp_path: Path) -> Path:
-    path = tmp_path / "gates"
+def gates(gated_python: tuple[Path, Path]) -> Path:
+    _python, path = gated_python
+    shutil.rmtree(path)  # no gate of an earlier test
     path.mkdir()
     return path
 
 
 @pytest.fixture
 def settings(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: tuple[str, str],
-             gates: Path) -> Settings:
-    python = tmp_path / "python"  # the job imports `suites` (its plugin, its entry point) from this checkout
-    python.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} ZOO_GATES={gates} exec {sys.executable} "$@"\n')
-    python.chmod(0o755)
-    return make_settings(tmp_path, redis_url, emulator.url, app_keys[0], COMPILE_CI_RUNNER_PYTHON=str(python))
+             gates: Path, gated_python: tuple[Path, Path]) -> Settings:
+    return make_settings(tmp_path, redis_url, emulator.url, app_keys[0], COMPILE_CI_RUNNER_PYTHON=str(gated_python[0]))
 
 
 def make_repo(root: Path, suite: str = "correctness", gate: str = "") -> Path:

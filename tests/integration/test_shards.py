@@ -64,13 +64,10 @@ def test_writes_an_artifact():
 
 
 @pytest.fixture
-def settings(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: tuple[str, str]) -> Settings:
-    # The job imports `suites` (its plugin selects a shard's share) from this checkout, not from wherever the
-    # virtual environment's editable install points.
-    python = tmp_path / "python"
-    python.write_text(f'#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} "$@"\n')
-    python.chmod(0o755)
-    return make_settings(tmp_path, redis_url, emulator.url, app_keys[0], COMPILE_CI_RUNNER_PYTHON=str(python))
+def settings(tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: tuple[str, str],
+             checkout_python: Path) -> Settings:
+    # The job imports `suites` (its plugin selects a shard's share) from this checkout (tests/conftest.py).
+    return make_settings(tmp_path, redis_url, emulator.url, app_keys[0], COMPILE_CI_RUNNER_PYTHON=str(checkout_python))
 
 
 def make_repo(root: Path, full_name: str) -> str:
