@@ -24,7 +24,8 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
-from runners.compile_cache import CacheScope, RepoCache, disk_usage, trust_class
+from runners.cache_size import disk_usage
+from runners.compile_cache import CacheScope, RepoCache, trust_class
 from runners.docker_container import container_name
 from runners.docker_runner import UNTRUSTED_LAYERS, DockerRunner
 from runners.protocol import RunSpec

@@ -21,7 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from runners.compile_cache import TRUSTED, UNTRUSTED, CacheScope, RepoCache, disk_usage
+from runners.cache_size import disk_usage
+from runners.compile_cache import TRUSTED, UNTRUSTED, CacheScope, RepoCache
 from runners.docker_runner import DockerRunner
 from runners.protocol import RunSpec
 

@@ -11,7 +11,7 @@ can write a cache runs code in every later job that reads it. Hence:
 
 Layout under `<data_dir>/cache/<runner cache_key>/<repository id>/` (and every host's, in runners/shared_cache.py):
     trusted/ (inductor/, triton/: written by trusted jobs only) · layers/<job>/ (one untrusted job's layer: upper/ +
-    work/ for an overlay, or copy/; gone after the job) · .lock (flock: setups, copies and evictions never interleave)
+    work/ for an overlay, or copy/; gone after the job) · .lock (flock: shared by copies, else exclusive)
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runners import header_seed, shared_cache
+from runners.cache_size import evict_lru
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +98,7 @@ class RepoCache:
 
     @contextmanager
     def locked(self, shared: bool = False) -> Iterator[None]:
-        """Exclusive for whatever changes trusted/ (set-ups, evictions, drops, pulls); shared for copies, which only
-        read it: four untrusted shards starting together copy at once instead of one after another."""
+        """Shared for copies (they only read: a pull request's shards copy at once), else exclusive."""
         self.base.mkdir(parents=True, exist_ok=True)
         with open(self.base / ".lock", "a") as handle:
             fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
@@ -126,12 +126,10 @@ class RepoCache:
         dest.mkdir(parents=True, exist_ok=True)
         self.trusted_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
-        with self.locked(shared=True):
-            waited = time.monotonic() - started
+        with self.locked(shared=True):  # set-ups, evictions, drops and pulls change trusted/ under the exclusive one
             subprocess.run(["cp", "-a", "--reflink=auto", f"{self.trusted_dir}/.", str(dest)], check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        log.info("compile cache %s: a private copy in %.1f s (%.1f s waiting for the lock)", self.base,
-                 time.monotonic() - started, waited)
+        log.info("compile cache %s: a private copy in %.1f s", self.base, time.monotonic() - started)
 
     def writing_marker(self, job_id: str) -> Path:
         return self.base / "writing" / slug(job_id)
@@ -251,55 +249,6 @@ def hand_to(path: Path, uid: int | None) -> None:
         os.chown(path, uid, uid)
     else:
         path.chmod(0o777)
-
-
-def evict_lru(directory: Path, cap_bytes: int) -> int:
-    """Remove the least recently used files (by access or modification time, whichever is later) until the
-    directory holds at most cap_bytes. With `noatime` mounts this degrades to least recently written."""
-    entries: list[tuple[float, int, str]] = []
-    total = 0
-    for dirpath, _dirs, files in os.walk(directory):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            try:
-                info = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            entries.append((max(info.st_atime, info.st_mtime), info.st_size, path))
-            total += info.st_size
-    freed = 0
-    for _used, size, path in sorted(entries):
-        if total - freed <= cap_bytes:
-            break
-        try:
-            os.unlink(path)
-            freed += size
-        except FileNotFoundError:
-            pass
-    if freed:
-        _remove_empty_dirs(directory)
-    return freed
-
-
-def disk_usage(directory: Path) -> int:
-    """Bytes in the files under a directory (what the cap counts)."""
-    total = 0
-    for dirpath, _dirs, files in os.walk(directory):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except FileNotFoundError:
-                pass
-    return total
-
-
-def _remove_empty_dirs(directory: Path) -> None:
-    for dirpath, _dirs, _files in os.walk(directory, topdown=False):
-        if dirpath != str(directory):
-            try:
-                os.rmdir(dirpath)
-            except OSError:
-                pass  # not empty
 
 
 def slug(text: str) -> str:

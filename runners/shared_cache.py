@@ -107,7 +107,7 @@ def _copy_file(path: str, target: Path, mode: int, dest: Path, owner: tuple[int,
 
 def publish(trusted: Path, shared: Path, cap_bytes: int) -> int:
     """After a trusted job ended cleanly: its repository's trusted cache into the shared one; bytes copied."""
-    from runners.compile_cache import evict_lru
+    from runners.cache_size import evict_lru
 
     with locked(shared):
         copied = copy_regular_files(trusted, shared / "files")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from runners.cache_size import disk_usage, evict_lru
 from runners.compile_cache import (
     STALE_LAYER_S,
     TRUSTED,
@@ -19,8 +20,6 @@ from runners.compile_cache import (
     CacheScope,
     CacheScopeError,
     RepoCache,
-    disk_usage,
-    evict_lru,
     trust_class,
 )
 from runners.docker_runner import DockerRunner

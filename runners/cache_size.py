@@ -1,0 +1,55 @@
+"""A compile cache's size: bytes in its files, and the cap kept by evicting the least recently used."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def evict_lru(directory: Path, cap_bytes: int) -> int:
+    """Remove the least recently used files (by access or modification time, whichever is later) until the
+    directory holds at most cap_bytes. With `noatime` mounts this degrades to least recently written."""
+    entries: list[tuple[float, int, str]] = []
+    total = 0
+    for dirpath, _dirs, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            entries.append((max(info.st_atime, info.st_mtime), info.st_size, path))
+            total += info.st_size
+    freed = 0
+    for _used, size, path in sorted(entries):
+        if total - freed <= cap_bytes:
+            break
+        try:
+            os.unlink(path)
+            freed += size
+        except FileNotFoundError:
+            pass
+    if freed:
+        _remove_empty_dirs(directory)
+    return freed
+
+
+def disk_usage(directory: Path) -> int:
+    """Bytes in the files under a directory (what the cap counts)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(directory):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def _remove_empty_dirs(directory: Path) -> None:
+    for dirpath, _dirs, _files in os.walk(directory, topdown=False):
+        if dirpath != str(directory):
+            try:
+                os.rmdir(dirpath)
+            except OSError:
+                pass  # not empty
