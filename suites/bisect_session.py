@@ -166,14 +166,30 @@ def _declared_pass(item: pytest.Item, finding: Finding) -> tuple[str, str] | Non
     """(the custom-pass hook, where the repository's pass is) when torch's bisector names a custom-pass hook of
     inductor's config: torch leaves those empty, so what runs there is what the test installed (a suite installs the
     repository's declared pass inside the test, where no compiler change of the repository's, the suspect pair, is
-    seen). Where: the declared target the test exercises (the plugin's compile_ci_target property), if known."""
+    seen). Where: `_pass_where`."""
     from suites.harness import CUSTOM_PASS_HOOKS
 
     hooks = [name for name in finding.names if name in CUSTOM_PASS_HOOKS]
     if finding.status != "found" or not hooks:
         return None
-    where = dict(item.user_properties).get("compile_ci_target")
-    return f"torch._inductor.config.{hooks[0]}", where if isinstance(where, str) else ""
+    target = dict(item.user_properties).get("compile_ci_target")  # what the test exercises (suites/plugin.py)
+    return f"torch._inductor.config.{hooks[0]}", _pass_where(hooks[0], target if isinstance(target, str) else "")
+
+
+def _pass_where(hook: str, target: str) -> str:
+    """Where the pass on `hook` is: the repository's declared pass of that hook's kind ([targets] pre_grad_passes,
+    post_grad_passes, joint_passes). The test's own target when it is one of them (the passes suite's tests exercise
+    a pass); the one declared when there is one (a model's test that installs the repository's pass exercises the
+    model: naming the model's class would send the maintainer to the wrong file); else the test's target."""
+    from suites import targets
+    from suites.code_origin import where
+    from suites.harness import DECLARED_PASS_HOOKS
+
+    checkout = os.environ.get("COMPILE_CI_CHECKOUT", "")
+    declared = [where(entry.fn, checkout) for kind, on in DECLARED_PASS_HOOKS.items() if on == hook
+                for entry in targets.declared_callables(kind) if not isinstance(entry, targets.TargetError)]
+    declared = [place for place in declared if place]
+    return target if target in declared or len(declared) != 1 else declared[0]
 
 
 def one_line(result: dict[str, Any]) -> str:

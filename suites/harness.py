@@ -110,6 +110,13 @@ def mark_dynamic(tensor: torch.Tensor, *dims: int) -> None:
 # that replaces the torch function is seen.
 # ---------------------------------------------------------------------------------------------------------------------
 
+# The inductor hook of each kind of declared pass ([targets]); post-grad and joint ones run after inductor's own
+# pattern matching, so a user pass sees (and may rewrite) what the built-in passes produced, as in production.
+DECLARED_PASS_HOOKS = {
+    "pre_grad_passes": "pre_grad_custom_pass",
+    "post_grad_passes": "post_grad_custom_post_pass",
+    "joint_passes": "joint_custom_post_pass",
+}
 CUSTOM_PASS_HOOKS = (
     "pre_grad_custom_pass",
     "joint_custom_pre_pass",

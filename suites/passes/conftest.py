@@ -8,14 +8,9 @@ from typing import Any
 import pytest
 
 from .. import targets
+from ..harness import DECLARED_PASS_HOOKS
 
-# Which inductor hook runs each kind of declared pass. Post-grad and joint passes run after inductor's own pattern
-# matching, so a user pass sees (and may rewrite) what the built-in passes produced, as it would in production.
-HOOK_FOR_KIND = {
-    "pre_grad_passes": "pre_grad_custom_pass",
-    "post_grad_passes": "post_grad_custom_post_pass",
-    "joint_passes": "joint_custom_post_pass",
-}
+HOOK_FOR_KIND = DECLARED_PASS_HOOKS  # which inductor hook runs each kind of declared pass
 NO_PASSES_REASON = "no pre_grad_passes, post_grad_passes or joint_passes declared in .compile-ci.toml [targets]"
 
 

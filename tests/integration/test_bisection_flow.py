@@ -51,8 +51,12 @@ def test_a_wrong_pass_is_bisected_in_its_job_and_named_where_the_maintainer_look
     (nodeid,) = [r.nodeid for r in store.results_of(head.id, head.attempt) if r.outcome == "failed"]
     assert nodeid.endswith(TEST), nodeid
     folder = settings.artifacts_dir / head.run_id / head.id / str(head.attempt) / "tests" / sanitise_nodeid(nodeid)
-    found = (folder / "bisect.json").read_text()
-    number = json.loads(found)["number"]
+    found = json.loads((folder / "bisect.json").read_text())
+    number = found["number"]
+    # Named at its hook with its line: the repository's pass, not the model the failing test ran it on.
+    def_line = WRONG_PASS.splitlines().index("def double_add_to_mul(graph):") + 1
+    assert (found["place"], found["where"]) == ("torch._inductor.config.post_grad_custom_post_pass",
+                                                f"zoo/passes.py:{def_line}"), found
     line = LINE.format(number=number)
     assert f"Bisected: {line}" in run["output"]["text"], run["output"]["text"]
     summary = run["output"]["summary"].split("**New failures**", 1)[1].split("**", 1)[0]

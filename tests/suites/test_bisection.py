@@ -306,3 +306,22 @@ def test_a_module_that_cannot_be_steered_says_why_and_spends_no_run(stack: Bisec
     found = stack.result("tests/test_ranks.py::test_compiled_elsewhere")
     assert found is not None and found["status"] == "unbisectable", stack.describe()
     assert found["reason"] == "its compiled steps run in other processes" and found["runs"] == 0, found
+
+
+def test_a_custom_pass_hook_names_the_declared_pass_of_its_kind(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # A model's test that installs the repository's pass exercises the model: the one declared post-grad pass is named
+    # (tests/integration/test_bisection_flow.py replays it through the service); a pass test's own target is kept;
+    # two passes of the hook's kind and a target that is neither: the test's target, as before.
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "__init__.py").write_text("")
+    (tmp_path / "mine" / "passes.py").write_text("def one(graph):\n    pass\n\n\ndef two(graph):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("COMPILE_CI_CHECKOUT", str(tmp_path))
+    hook = "post_grad_custom_post_pass"
+    monkeypatch.setenv("COMPILE_CI_TARGETS", json.dumps({"post_grad_passes": ["mine.passes:one"]}))
+    assert bisect_session._pass_where(hook, "mine/models.py:3") == "mine/passes.py:1"
+    assert bisect_session._pass_where("joint_custom_post_pass", "mine/models.py:3") == "mine/models.py:3"
+    monkeypatch.setenv("COMPILE_CI_TARGETS", json.dumps({"post_grad_passes": ["mine.passes:one", "mine.passes:two"]}))
+    assert bisect_session._pass_where(hook, "mine/passes.py:5") == "mine/passes.py:5"
+    assert bisect_session._pass_where(hook, "mine/models.py:3") == "mine/models.py:3"
