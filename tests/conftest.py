@@ -169,13 +169,16 @@ HEAVY = (
     "tests/suites/test_planted_small_values.py::test_the_fused_chains_catch_the_plants_on_their_ops_and_pass_the_faithful_rewrite[silu_flush]",
     "tests/suites/test_planted_small_values.py::test_the_sweep_catches_each_plant_at_its_op_and_names_the_small_input",
     "tests/suites/test_planted_small_values.py::test_the_fragile_layers_catch_the_plants_only_where_values_are_small",
-    # issue 40 (CI time): the real models' four slowest suites (285 s of 308); CI keeps freezing and fusion on the
+    # issue 40 (CI time): the real models' four slowest suites (285 s of 308); CI keeps fusion on the
     # same three models through the same install phase (the passes suite runs on the declared zoo in CI:
     # tests/suites/test_declared_targets.py)
     "tests/suites/test_real_models.py::test_real_models_pass_each_suite[passes]",
     "tests/suites/test_real_models.py::test_real_models_pass_each_suite[correctness]",
     "tests/suites/test_real_models.py::test_real_models_pass_each_suite[autograd]",
     "tests/suites/test_real_models.py::test_real_models_pass_each_suite[layout]",
+    # 2026-11-29: freezing too; CI keeps fusion on the three real models through the install phase, and the freezing
+    # suite clean and planted on its own corpus (tests/suites/test_planted_freezing.py)
+    "tests/suites/test_real_models.py::test_real_models_pass_each_suite[freezing]",
     # issue 40 (CI time): the install-step fork through the interpreter itself and through a wrapper that replaces
     # PYTHONPATH (about 25 s each); CI keeps the wrapper that adds to it (its variables, its path and the step's boot
     # directory reach the forked job) and the plain fork without a step (tests/runners/test_warm_start.py)
