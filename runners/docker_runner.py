@@ -129,11 +129,13 @@ class DockerRunner:
             config = container_config(spec, self.images[spec.device], mount, self.deployment, gpus=self.gpus,
                                       output=output.open(), cpus=part)
             container = self.client.containers.create(**config)
+            # The layer's baseline before the job can write: under load a job's first writes (12 MB in a test) landed
+            # before it, counted as the layer's start and never against the cap.
+            watch = LayerWatch(cache.cache if cache is not None else None)
             container.start()
             with LogSink(spec.log_path, spec.log_mb << 20) as log:
                 pump = threading.Thread(target=pump_logs, args=(container, log), daemon=True)
                 pump.start()
-                watch = LayerWatch(cache.cache if cache is not None else None)
                 outcome = _wait(container, spec.timeout_s, ticking(output, watch, should_cancel))
                 if outcome.kind != "exited":
                     container.kill()

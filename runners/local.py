@@ -144,6 +144,7 @@ class LocalRunner:
                 # link every job rebuilt cpp_prefix.h's header (about 20 s of its first compile), as the
                 # DockerRunner's mount at /tmp/torchinductor_runner avoids (runners/docker_container.py).
                 (scratch / f"torchinductor_{_USER}").symlink_to(cache.directory, target_is_directory=True)
+            watch = LayerWatch(cache)  # its baseline before the job can write: a flood at its start counts too
             with LogSink(spec.log_path, spec.log_mb << 20) as log:
                 command = [map_paths(arg, paths) for arg in spec.command]
                 try:
@@ -161,7 +162,7 @@ class LocalRunner:
                 pump = threading.Thread(target=_pump, args=(proc.stdout, log), daemon=True)
                 pump.start()
                 try:
-                    outcome = _wait(proc, spec, should_cancel, job_out, LayerWatch(cache))
+                    outcome = _wait(proc, spec, should_cancel, job_out, watch)
                 finally:
                     _kill_group(proc)
                     # The job is gone: what it printed is in the pipe until EOF. A loaded host may not schedule

@@ -8,6 +8,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from runners.protocol import Runner
 from tests.runners.test_runner_contract import spec_for
 
@@ -123,10 +125,22 @@ def test_the_log_is_bounded(runner: Runner, tmp_path: Path) -> None:
     assert len(log) < (1 << 20) + 4096 and "the log was cut at 1 MB" in log and "the end" not in log
 
 
-def test_an_untrusted_jobs_cache_layer_is_capped_while_it_runs(runner: Runner, tmp_path: Path) -> None:
+def test_an_untrusted_jobs_cache_layer_is_capped_while_it_runs(runner: Runner, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The layer an untrusted job writes its compile cache into is on the worker's disk: past the cap the job is
-    stopped with its own outcome, long before its time limit, and its writes go with the layer."""
+    stopped with its own outcome, long before its time limit, and its writes go with the layer. However late the
+    runner's watch first looks (a loaded host: 3 s here), what the job wrote at its start counts: the watch took the
+    layer's measure after the job started, and a full run on this host once let the 12 MB below through."""
+    from runners import layer_cap
     from runners.compile_cache import UNTRUSTED, CacheScope
+
+    made = layer_cap.LayerWatch.__init__
+
+    def slow(self: layer_cap.LayerWatch, *args: object, **kwargs: object) -> None:
+        time.sleep(3)  # a loaded host's scheduling, made certain
+        made(self, *args, **kwargs)
+
+    monkeypatch.setattr(layer_cap.LayerWatch, "__init__", slow)
 
     code = """
         import os, time
