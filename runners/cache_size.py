@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+
+
+def _files(directory: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """Every file under `directory` with its lstat (links not followed); one removed meanwhile is skipped."""
+    for dirpath, _dirs, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(dirpath, name)
+            try:
+                yield path, os.lstat(path)
+            except FileNotFoundError:
+                continue
 
 
 def evict_lru(directory: Path, cap_bytes: int) -> int:
     """Remove the least recently used files (by access or modification time, whichever is later) until the
     directory holds at most cap_bytes. With `noatime` mounts this degrades to least recently written."""
-    entries: list[tuple[float, int, str]] = []
-    total = 0
-    for dirpath, _dirs, files in os.walk(directory):
-        for name in files:
-            path = os.path.join(dirpath, name)
-            try:
-                info = os.lstat(path)
-            except FileNotFoundError:
-                continue
-            entries.append((max(info.st_atime, info.st_mtime), info.st_size, path))
-            total += info.st_size
+    entries = [(max(info.st_atime, info.st_mtime), info.st_size, path) for path, info in _files(directory)]
+    total = sum(size for _used, size, _path in entries)
     freed = 0
     for _used, size, path in sorted(entries):
         if total - freed <= cap_bytes:
@@ -36,14 +39,7 @@ def evict_lru(directory: Path, cap_bytes: int) -> int:
 
 def disk_usage(directory: Path) -> int:
     """Bytes in the files under a directory (what the cap counts)."""
-    total = 0
-    for dirpath, _dirs, files in os.walk(directory):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except FileNotFoundError:
-                pass
-    return total
+    return sum(info.st_size for _path, info in _files(directory))
 
 
 def _remove_empty_dirs(directory: Path) -> None:
