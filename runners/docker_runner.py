@@ -1,8 +1,11 @@
-"""DockerRunner: the job in a hardened, throwaway container. With docker_container.py, the only importer of the
-docker SDK: this half talks to the engine, that half describes the container."""
+"""DockerRunner: the job in a hardened, throwaway container. The docker_* modules are the only importers of the
+docker SDK: this one runs a job; docker_container.py describes its container, docker_output.py reads what it left,
+docker_engine.py makes the plain engine calls and sweeps, docker_prestart.py starts containers before their jobs."""
 
 from __future__ import annotations
 
+import logging
+import shutil
 import subprocess
 import threading
 import time
@@ -30,21 +33,27 @@ from runners.docker_container import (
     container_config,
     container_name,
     output_volume_name,
-    past_deadline,
+)
+from runners.docker_engine import (
+    ENGINE_ERRORS,
+    container_exists,
+    engine_answers,
+    remove_container,
+    remove_volume,
+    sweep,
+    wait,
 )
 from runners.docker_output import OutputVolume, first_line, image_files, pump_logs, ticking
+from runners.docker_prestart import Prestarted, Prestarts, description_key, eligible, per_job
 from runners.job_log import LogSink
 from runners.layer_cap import LayerWatch
 from runners.protocol import RunResult, RunSpec, ShouldCancel
 
+log = logging.getLogger(__name__)
+
 DEFAULT_IMAGES = {"cpu": "compile-ci/runner-cpu:latest", "cuda": "compile-ci/runner-cuda:latest"}
 UNTRUSTED_LAYERS = ("overlay", "copy")
 STOP_GRACE_S = 10
-
-
-@dataclass(frozen=True)
-class _Outcome:
-    kind: str  # "exited" | "timeout" | "cancelled"
 
 
 @dataclass(frozen=True)
@@ -64,7 +73,7 @@ class DockerRunner:
 
     def __init__(self, images: Mapping[str, str] | None = None, client: docker.DockerClient | None = None,
                  untrusted_layer: str = "overlay", deployment: str = "default", gpus: tuple[str, ...] = (),
-                 slots: int = 1, cpus: tuple[int, ...] = ()) -> None:
+                 slots: int = 1, cpus: tuple[int, ...] = (), warm: bool = False) -> None:
         if untrusted_layer not in UNTRUSTED_LAYERS:
             raise ValueError(f"untrusted_layer must be one of {UNTRUSTED_LAYERS}, got {untrusted_layer!r}")
         self.images = {**DEFAULT_IMAGES, **(images or {})}
@@ -78,6 +87,8 @@ class DockerRunner:
         self.shares = CpuShares(slots, cpus)
         self._torch_versions: dict[str, str] = {}
         self._seeds: dict[str, Path | None] = {}  # image id -> its header seed (None: the image has none)
+        # COMPILE_CI_WARM_START: pull-request jobs take containers started before them (runners/docker_prestart.py).
+        self.prestarts = Prestarts(self, slots) if warm else None
 
     @property
     def client(self) -> docker.DockerClient:
@@ -117,26 +128,36 @@ class DockerRunner:
         start = time.monotonic()
         spec.output_dir.mkdir(parents=True, exist_ok=True)
         name = container_name(spec.job_id)
-        container = None
         cache: _JobCache | None = None
-        output = OutputVolume(self.client, spec, self.images[spec.device], self.deployment,
-                              output_volume_name(spec.job_id), self._labels(spec))
+        entry: Prestarted | None = None
+        output: OutputVolume | None = None
         clean = False  # whether the job ended by itself: only then are its trusted cache writes kept
         try:
             self._remove(name)  # a stale container from a crashed attempt holds the name
-            cache = self._prepare_cache(spec)
-            mount = cache.mount if cache is not None else None
-            config = container_config(spec, self.images[spec.device], mount, self.deployment, gpus=self.gpus,
-                                      output=output.open(), cpus=part)
-            container = self.client.containers.create(**config)
-            # The layer's baseline before the job can write: under load a job's first writes (12 MB in a test) landed
-            # before it, counted as the layer's start and never against the cap.
-            watch = LayerWatch(cache.cache if cache is not None else None)
-            container.start()
+            config = self._config(spec, None, None, part)
+            entry = self._prestarted(spec, part, name, config)
+            if entry is not None:  # created, started and through its imports before this job came
+                output, cache, container = entry.output, entry.cache, entry.container
+                output.spec = spec
+                watch = LayerWatch(cache.cache if cache is not None else None)
+                entry.go(list(config["command"][3:]), {k: v for k, v in config["environment"].items()
+                                                       if per_job(k)}, part)
+            else:
+                output = OutputVolume(self.client, spec, self.images[spec.device], self.deployment,
+                                      output_volume_name(spec.job_id), self._labels(spec))
+                cache = self._prepare_cache(spec)
+                container = self.client.containers.create(**self._config(
+                    spec, cache.mount if cache is not None else None, output.open(), part))
+                # The layer's baseline before the job can write: under load a job's first writes (12 MB in a test)
+                # landed before it, counted as the layer's start and never against the cap.
+                watch = LayerWatch(cache.cache if cache is not None else None)
+                container.start()
+            if self.prestarts is not None and not eligible(spec, self.python):
+                self.prestarts.make_later(spec, part, self._config)  # for the next job like this one
             with LogSink(spec.log_path, spec.log_mb << 20) as log:
                 pump = threading.Thread(target=pump_logs, args=(container, log), daemon=True)
                 pump.start()
-                outcome = _wait(container, spec.timeout_s, ticking(output, watch, should_cancel))
+                outcome = wait(container, spec.timeout_s, ticking(output, watch, should_cancel))
                 if outcome.kind != "exited":
                     container.kill()
                 container.wait(timeout=STOP_GRACE_S)
@@ -166,26 +187,54 @@ class DockerRunner:
             return self._infra(start, f"the worker could not set up or save the job's files: {exc}")
         finally:
             self._remove(name)
-            output.close()
+            if output is not None:
+                output.close()
             if cache is not None:
                 self._release_cache(cache, clean)
+            if entry is not None:
+                shutil.rmtree(entry.staging, ignore_errors=True)
+
+    def _config(self, spec: RunSpec, cache: docker.types.Mount | None, output: docker.types.Mount | None,
+                part: tuple[int, ...]) -> dict[str, Any]:
+        return container_config(spec, self.images[spec.device], cache, self.deployment, gpus=self.gpus,
+                                output=output, cpus=part)
+
+    def _prestarted(self, spec: RunSpec, part: tuple[int, ...], name: str, config: dict[str, Any]) -> Prestarted | None:
+        """A pre-started container this job may take, its checkout linked in and renamed for it; or None."""
+        if self.prestarts is None or eligible(spec, self.python):
+            return None
+        entry = self.prestarts.take(description_key(config, spec))
+        if entry is None:
+            return None
+        try:
+            entry.container.reload()
+            if entry.container.status != "running":
+                raise RuntimeError(f"it is {entry.container.status}")
+            entry.fill(spec.checkout_dir)
+            entry.container.rename(name)
+        except (docker.errors.DockerException, requests.exceptions.RequestException, RuntimeError, OSError) as exc:
+            log.warning("job %s: a pre-started container could not be used (%s); it starts its own", spec.job_id, exc)
+            self.prestarts.discard(entry)
+            return None
+        return entry
 
     def _labels(self, spec: RunSpec) -> dict[str, str]:
         deadline = int(time.time()) + int(spec.timeout_s) + DEADLINE_SLACK_S + 10
         return {LABEL: spec.job_id, DEPLOYMENT_LABEL: self.deployment, DEADLINE_LABEL: str(deadline)}
 
-    def _prepare_cache(self, spec: RunSpec) -> _JobCache | None:
+    def _prepare_cache(self, spec: RunSpec, job_id: str = "") -> _JobCache | None:
         if spec.cache is None:
             return None
-        cache = open_job_cache(spec.cache, self.cache_key(spec.device), spec.job_id, self.untrusted_layer, RUNNER_UID,
+        job_id = job_id or spec.job_id
+        cache = open_job_cache(spec.cache, self.cache_key(spec.device), job_id, self.untrusted_layer, RUNNER_UID,
                                lambda job, _holder: self._container_exists(container_name(job)), self._seed(spec))
         if cache.directory is not None:
             return _JobCache(docker.types.Mount(CACHE_MOUNT, str(cache.directory), type="bind"), cache)
-        volume = "compile-ci-cache-" + slug(spec.job_id)
+        volume = "compile-ci-cache-" + slug(job_id)
         try:
             self._remove_volume(volume)
             self.client.volumes.create(name=volume, driver="local",
-                                       labels={LABEL: spec.job_id, DEPLOYMENT_LABEL: self.deployment},
+                                       labels={LABEL: job_id, DEPLOYMENT_LABEL: self.deployment},
                                        driver_opts={"type": "overlay", "device": "overlay", "o": cache.overlay_options})
         except BaseException:
             cache.close()  # the layer goes with the failed setup
@@ -208,44 +257,23 @@ class DockerRunner:
         job_cache.cache.close(clean)
 
     def _container_exists(self, name: str) -> bool:
-        try:
-            self.client.containers.get(name)
-            return True
-        except docker.errors.NotFound:
-            return False
+        return container_exists(self.client, name)
 
     def _remove_volume(self, volume: str) -> None:
-        try:
-            self.client.volumes.get(volume).remove(force=True)
-        except docker.errors.NotFound:
-            pass
-        except (docker.errors.DockerException, requests.exceptions.RequestException):
-            pass  # in use or unreachable: sweep_leftovers() clears it later
+        remove_volume(self.client, volume)
 
     def _infra(self, start: float, message: str) -> RunResult:
         return RunResult(None, time.monotonic() - start, infra_error=message)
 
     def _remove(self, name: str) -> None:
-        try:
-            self.client.containers.get(name).remove(force=True, v=True)
-        except docker.errors.NotFound:
-            pass
-        except (docker.errors.DockerException, requests.exceptions.RequestException):
-            pass  # unreachable engine: sweep_leftovers() clears it later; the result already says why
+        remove_container(self.client, name)
 
     def engine_answers(self) -> bool:
-        try:
-            probe = docker.DockerClient.from_env(version="auto", timeout=3)
-        except (docker.errors.DockerException, requests.exceptions.RequestException):
-            return False
-        try:
-            return bool(probe.ping())
-        except (docker.errors.DockerException, requests.exceptions.RequestException):
-            return False
-        finally:
-            probe.close()
+        return engine_answers()
 
     def close(self) -> None:
+        if self.prestarts is not None:
+            self.prestarts.close()
         if self._client is not None:
             self._client.close()
             self._client = None
@@ -254,44 +282,9 @@ class DockerRunner:
         """At worker start: what a previous worker of this deployment left (a crash, a SIGKILL) goes now."""
         try:
             self.sweep_leftovers(is_orphan)
-        except (docker.errors.DockerException, requests.exceptions.RequestException):
+        except ENGINE_ERRORS:
             pass  # an engine that is down now is reported by the first job, as an infrastructure error
 
     def sweep_leftovers(self, is_orphan: Callable[[str], bool] | None = None) -> int:
-        """Remove this deployment's job containers that no worker runs: stopped ones, ones past their deadline, and
-        running ones whose job `is_orphan` (its worker is gone); then cache volumes no container uses. Other
-        deployments' containers are never touched."""
-        removed = 0
-        filters = {"label": [LABEL, f"{DEPLOYMENT_LABEL}={self.deployment}"]}
-        for container in self.client.containers.list(all=True, filters=filters):
-            labels = container.labels or {}
-            if container.status == "running" and not past_deadline(labels) and not (
-                    is_orphan is not None and is_orphan(labels.get(LABEL, ""))):
-                continue
-            try:
-                container.remove(force=True, v=True)
-                removed += 1
-            except docker.errors.NotFound:
-                pass
-        for volume in self.client.volumes.list(filters=filters):
-            self._remove_volume(volume.name)  # one still mounted by a running job is refused, and kept
-        return removed
-
-
-def _wait(container: Any, timeout_s: float, should_cancel: ShouldCancel | None) -> _Outcome:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return _Outcome("timeout")
-        try:
-            container.wait(timeout=min(1.0, remaining))
-            return _Outcome("exited")
-        except requests.exceptions.ReadTimeout:
-            pass
-        except requests.exceptions.ConnectionError as exc:
-            # requests reports a read timeout on a streaming wait as a ConnectionError wrapping it.
-            if "timed out" not in str(exc).lower():
-                raise
-        if should_cancel is not None and should_cancel():
-            return _Outcome("cancelled")
+        """runners/docker_engine.py's sweep of this deployment's leftovers."""
+        return sweep(self.client, self.deployment, is_orphan)

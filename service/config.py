@@ -57,7 +57,9 @@ class Settings:
     # The GPUs this worker's cuda jobs may use ("0", "1,2", GPU UUIDs); empty: all. One cuda worker per GPU on a
     # host with several, so two jobs never share one.
     gpus: tuple[str, ...] = ()
-    # LocalRunner: fork each job from a warm interpreter of the host (runners/warm_start.py); opt-in for now.
+    # Jobs that skip the imports every process pays: LocalRunner forks each from a warm interpreter of the host
+    # (runners/warm_start.py); DockerRunner gives a pull-request job a container started, and through its imports,
+    # before it came (runners/docker_prestart.py). Opt-in for now.
     warm_start: bool = False
     # How many jobs this worker runs at once, each on its own part of its CPUs (runners/cpu_shares.py), and those
     # CPUs (empty: the ones the worker may run on).

@@ -74,7 +74,7 @@ def select_runner(settings: Settings, claims: Leases | None = None) -> Runner:
 
     images = torch_matrix.runner_images(settings)  # this worker's torch version's
     docker_runner = DockerRunner(images, deployment=settings.deployment, gpus=settings.gpus,
-                                 slots=settings.job_slots, cpus=settings.cpus)
+                                 slots=settings.job_slots, cpus=settings.cpus, warm=settings.warm_start)
     if settings.runner == "docker" or docker_runner.engine_answers():
         docker_runner.sweep_leftovers_quietly(orphaned_jobs(claims) if claims is not None else None)
         return docker_runner

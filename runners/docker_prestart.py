@@ -1,0 +1,250 @@
+"""Pre-started job containers for the DockerRunner (COMPILE_CI_WARM_START): a pull-request job's container created,
+started and through its imports before the job arrives (suites/warm_container.py), so a shard does not pay them.
+
+Each container is made for one job and never reused. It is created from a job's own container description
+(runners/docker_container.py: the same image, hardening, limits, environment, mounts) when an eligible job starts,
+for the next job of the same description; a job takes one only if its description is the same but for:
+- its checkout: the container mounts an empty directory of its own read-only where the checkout goes, and the
+  job's checkout is linked into it (hard links, or copies across filesystems; links inside are copied as links,
+  never followed) before the job's command is sent;
+- its compile-cache layer and output volume: made for that container (the same kinds as a fresh job's: an
+  untrusted overlay layer over the repository's trusted cache, a capped tmpfs), the job's from then on;
+- its per-job variables (COMPILE_CI_*), sent with its command; its cpuset, set when the job takes it.
+
+Which jobs: untrusted ones (a trusted job writes the repository's cache: it runs as before) whose command is
+`python -m suites.pytest_entry` (behind the install step or not) on a built-in suite with no `-p` plugin but
+compile-ci's and pytest's, and no PYTEST_ADDOPTS or PYTEST_PLUGINS: jobs where no code of the repository runs in the
+job's process before pytest's configure hooks, which is where a fresh process has made the same imports. The
+container itself starts the job fresh when its checkout or install could change what those imports found
+(suites/warm_container.py).
+
+A job's container has no network and no engine socket, and the next container is created by the worker with new
+directories, layer and volume: nothing a job writes reaches the next one. At most `capacity` (the worker's slots)
+wait at once; one unclaimed for IDLE_S is removed. A worker's leftovers carry its host and pid, and are swept once
+that process is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker.errors
+import docker.types
+import requests
+
+from runners.compile_cache import CacheScopeError
+from runners.cpu_shares import spell
+from runners.docker_container import CHECKOUT_MOUNT, DEADLINE_LABEL, DEADLINE_SLACK_S, LABEL, OUTPUT_MOUNT
+from runners.docker_output import OutputVolume
+from runners.protocol import RunSpec
+
+log = logging.getLogger(__name__)
+
+PRESTART_LABEL = "org.compile-ci.prestart"  # "<host>:<pid>" of the worker that made it
+IDLE_S = 300
+LAUNCHER = ("-m", "suites.warm_container")
+SHARED_VARIABLES = frozenset({"COMPILE_CI_SOURCE_KEYS"})
+UNSAFE_VARIABLES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
+# What a job's description may differ in from its container's (everything else must be equal).
+PER_JOB_KEYS = frozenset({"command", "name", "labels", "cpuset_cpus", "mounts", "environment"})
+PER_JOB_MOUNTS = frozenset({CHECKOUT_MOUNT, OUTPUT_MOUNT})
+LINE_MAX = 1 << 20
+
+
+def per_job(name: str) -> bool:
+    return name.startswith("COMPILE_CI_") and name not in SHARED_VARIABLES
+
+
+def eligible(spec: RunSpec, python: str) -> str:
+    """Why this job cannot take a pre-started container ('' when it can)."""
+    command = list(spec.command)
+    if len(command) > 3 and command[1] == "-c" and "--" in command[3:]:  # behind its install step (install.py)
+        command = command[command.index("--", 3) + 1:]
+    if command[:3] != [python, "-m", "suites.pytest_entry"]:
+        return "its command is not compile-ci's pytest"
+    if spec.cache is None or spec.cache.trusted:
+        return "a trusted job (it writes the repository's compile cache)"
+    if "--rootdir" in command or any(_within(part, spec.checkout_dir) for arg in command
+                                     for part in (arg, arg.partition("=")[2])):
+        return "the repository's own tests (its conftest runs before pytest's configure hooks)"
+    plugins = [command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "-p"]
+    plugins += [arg[2:] for arg in command if arg.startswith("-p") and len(arg) > 2]
+    if any(not (name.startswith("no:") or name == "suites" or name.startswith("suites.")) for name in plugins):
+        return "a pytest plugin of its own"
+    if any(name in spec.env for name in UNSAFE_VARIABLES):
+        return "pytest options from its environment"
+    return ""
+
+
+def _within(path: str, directory: Path) -> bool:
+    return path == str(directory) or path.startswith(f"{directory}{os.sep}")
+
+
+def description_key(config: dict[str, Any], spec: RunSpec) -> str:
+    """What must be equal between a job's container and a pre-started one."""
+    assert spec.cache is not None
+    mounts = [dict(mount) for mount in config["mounts"] if mount["Target"] not in PER_JOB_MOUNTS]
+    for mount in mounts:
+        if mount["Target"] != CHECKOUT_MOUNT and mount.get("Type") == "volume":
+            mount.pop("Source", None)  # the cache layer's overlay volume: the container's own
+    key = {"config": {k: v for k, v in config.items() if k not in PER_JOB_KEYS},
+           "env": {k: v for k, v in config["environment"].items() if not per_job(k)},
+           "mounts": mounts, "cache": repr(spec.cache), "timeout": spec.timeout_s, "output_mb": spec.output_mb}
+    return json.dumps(key, sort_keys=True, default=str)
+
+
+@dataclass
+class Prestarted:
+    key: str
+    container: Any
+    output: OutputVolume
+    cache: Any  # the runner's _JobCache
+    staging: Path
+    made: float
+
+    def fill(self, checkout: Path) -> None:
+        """The job's checkout, where the container's read-only mount shows it."""
+        shutil.copytree(checkout, self.staging, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)
+
+    def go(self, argv: list[str], env: dict[str, str], cpus: tuple[int, ...]) -> None:
+        if cpus:
+            self.container.update(cpuset_cpus=spell(cpus))
+        line = json.dumps({"argv": argv, "env": env}).encode() + b"\n"
+        if len(line) > LINE_MAX:
+            raise ValueError("the job's command and variables are too long for a pre-started container")
+        sock = self.container.attach_socket(params={"stdin": 1, "stream": 1})
+        raw = getattr(sock, "_sock", sock)
+        try:
+            raw.sendall(line)
+        finally:
+            sock.close()
+
+
+def _link_or_copy(source: str, target: str) -> str:
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(source, target, follow_symlinks=False)
+    return target
+
+
+class Prestarts:
+    """The worker's pre-started containers. `runner` is its DockerRunner (client, images, _prepare_cache, ...)."""
+
+    def __init__(self, runner: Any, capacity: int) -> None:
+        self.runner = runner
+        self.capacity = max(1, capacity)
+        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        self._entries: list[Prestarted] = []
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._made = 0
+        self._closed = False
+        self.taken = 0  # how many jobs took one (benches, tests)
+
+    def take(self, key: str) -> Prestarted | None:
+        with self._lock:
+            old = [e for e in self._entries if time.monotonic() - e.made > IDLE_S]
+            self._entries = [e for e in self._entries if e not in old]
+            entry = next((e for e in self._entries if e.key == key), None)
+            if entry is not None:
+                self._entries.remove(entry)
+                self.taken += 1
+        for stale in old:
+            self.discard(stale)
+        return entry
+
+    def wait_for(self, count: int, timeout: float) -> bool:
+        """Whether `count` containers wait for jobs within `timeout` (tests, benches)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: len(self._entries) >= count, timeout)
+
+    def make_later(self, spec: RunSpec, cpus: tuple[int, ...], config_for: Callable[..., dict[str, Any]]) -> None:
+        """Start one for the next job like `spec`, in the background."""
+        threading.Thread(target=self._make, args=(spec, cpus, config_for), name="prestart", daemon=True).start()
+
+    def _make(self, spec: RunSpec, cpus: tuple[int, ...], config_for: Callable[..., dict[str, Any]]) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._made += 1
+            made = f"prestart-{os.getpid()}-{self._made}-{int(time.time())}"
+        try:
+            entry = self._create(made, spec, cpus, config_for)
+        except (docker.errors.DockerException, requests.exceptions.RequestException, CacheScopeError, OSError) as exc:
+            log.warning("prestart: no container made for the next job: %s", exc)
+            return
+        with self._lock:
+            if self._closed:
+                leftovers = [entry]
+            else:
+                self._entries.append(entry)
+                leftovers = self._entries[:-self.capacity] if len(self._entries) > self.capacity else []
+                del self._entries[:len(leftovers)]
+                self._changed.notify_all()
+        for old in leftovers:
+            self.discard(old)
+
+    def _create(self, made: str, spec: RunSpec, cpus: tuple[int, ...],
+                config_for: Callable[..., dict[str, Any]]) -> Prestarted:
+        runner = self.runner
+        staging = Path(tempfile.mkdtemp(prefix="compile-ci-prestart-"))
+        staging.chmod(0o755)
+        cache = output = None
+        try:
+            cache = runner._prepare_cache(spec, made)
+            labels = {**runner._labels(spec), LABEL: made, PRESTART_LABEL: self.holder}
+            output = OutputVolume(runner.client, spec, runner.images[spec.device], runner.deployment,
+                                  "compile-ci-out-" + made, labels)
+            key = description_key(config_for(spec, None, None, cpus), spec)  # as a job's is (docker_runner.py)
+            config = config_for(spec, cache.mount if cache is not None else None, output.open(), cpus)
+            mounts = [docker.types.Mount(CHECKOUT_MOUNT, str(staging), type="bind", read_only=True)
+                      if m["Target"] == CHECKOUT_MOUNT else m for m in config["mounts"]]
+            deadline = IDLE_S + int(spec.timeout_s) + DEADLINE_SLACK_S
+            labels[DEADLINE_LABEL] = str(int(time.time()) + deadline + 10)
+            config.update(
+                name=f"compile-ci-{made}", labels=labels, mounts=mounts, stdin_open=True,
+                environment={k: v for k, v in config["environment"].items() if not per_job(k)},
+                command=["timeout", "--kill-after=10", str(deadline), spec.command[0], *LAUNCHER])
+            container = runner.client.containers.create(**config)
+            container.start()
+        except BaseException:
+            if output is not None:
+                output.close()
+            if cache is not None:
+                runner._release_cache(cache, False)
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        return Prestarted(key, container, output, cache, staging, time.monotonic())
+
+    def discard(self, entry: Prestarted) -> None:
+        try:
+            entry.container.remove(force=True, v=True)
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            pass  # the next sweep removes it
+        self.release(entry)
+
+    def release(self, entry: Prestarted) -> None:
+        """What an entry holds beside its container (after a job's end, or unclaimed)."""
+        entry.output.close()
+        if entry.cache is not None:
+            self.runner._release_cache(entry.cache, False)
+        shutil.rmtree(entry.staging, ignore_errors=True)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            entries, self._entries = self._entries, []
+        for entry in entries:
+            self.discard(entry)

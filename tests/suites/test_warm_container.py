@@ -1,0 +1,49 @@
+"""suites/warm_container.py's judgement of when a pre-started container's early imports could differ from a fresh
+process's: run in a fresh interpreter (the test process's own path and modules are pytest's)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = """
+import json, sys
+from suites.warm_container import _plugins, unsure
+plugins = _plugins()
+read = set(json.loads(sys.argv[1]))
+if sys.argv[2]:
+    sys.path.insert(0, sys.argv[2])
+if sys.argv[3] == "more":
+    plugins = plugins | {"extra=somewhere"}
+print(unsure(read, plugins))
+"""
+
+
+def _unsure(read: list[str], first_on_path: Path | None = None, plugins: str = "") -> str:
+    import json
+
+    done = subprocess.run([sys.executable, "-c", PROBE, json.dumps(read), str(first_on_path or ""), plugins],
+                          capture_output=True, text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin"},
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_imports_may_read_shared_variables_and_the_checkout_variable_only() -> None:
+    assert _unsure(["HOME", "TORCHINDUCTOR_FREEZING", "COMPILE_CI_CHECKOUT", "COMPILE_CI_SOURCE_KEYS"]) == ""
+    assert _unsure(["COMPILE_CI_DEADLINE", "HOME"]) == "the imports read the job's own COMPILE_CI_DEADLINE"
+    assert _unsure(["*"]) == "the imports read the whole environment"
+
+
+def test_a_module_the_imports_took_that_the_job_would_find_elsewhere_starts_it_fresh(tmp_path: Path) -> None:
+    (tmp_path / "json").mkdir()
+    (tmp_path / "json" / "__init__.py").write_text("")
+    assert _unsure([], tmp_path) == f"json would be imported from {tmp_path / 'json' / '__init__.py'}"
+    (tmp_path / "an_unimported_name.py").write_text("")
+    assert _unsure([], tmp_path / "nothing-here") == ""
+
+
+def test_pytest_plugins_installed_after_the_imports_start_the_job_fresh() -> None:
+    assert _unsure([], plugins="more") == "pytest plugins were installed after the imports"
