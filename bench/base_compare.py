@@ -53,8 +53,9 @@ def settings_for(root: Path, redis_url: str, github_url: str, key: str) -> Setti
         "COMPILE_CI_CLONE_URL_TEMPLATE": (root / "repos").as_uri() + "/{full_name}",
         "COMPILE_CI_DEVICES": "cpu", "COMPILE_CI_RUNNER": "local",
         # A host whose torch is another version (a GPU host's) names it, as a deployment would; a bench may try the
-        # warm interpreter (runners/warm_start.py).
-        **{k: v for k, v in os.environ.items() if k in ("COMPILE_CI_TORCH_VERSIONS", "COMPILE_CI_WARM_START")},
+        # warm start (runners/warm_start.py, runners/docker_prestart.py) or the DockerRunner (COMPILE_CI_RUNNER).
+        **{k: v for k, v in os.environ.items()
+           if k in ("COMPILE_CI_TORCH_VERSIONS", "COMPILE_CI_WARM_START", "COMPILE_CI_RUNNER")},
     })
 
 
