@@ -26,6 +26,7 @@ that process is gone.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -43,7 +44,7 @@ import docker.errors
 import docker.types
 import requests
 
-from runners.compile_cache import CacheScopeError
+from runners.compile_cache import UNTRUSTED, CacheScopeError
 from runners.cpu_shares import spell
 from runners.docker_container import CHECKOUT_MOUNT, DEADLINE_LABEL, DEADLINE_SLACK_S, LABEL, OUTPUT_MOUNT
 from runners.docker_output import OutputVolume
@@ -87,12 +88,23 @@ def eligible(spec: RunSpec, python: str) -> str:
     return ""
 
 
+def for_pull_requests(spec: RunSpec) -> RunSpec | None:
+    """The description a pull request's job of this repository would have, from a push's job (its next container
+    is then ready for the first pull request after it), or the job's own; None without a cache."""
+    if spec.cache is None:
+        return None
+    if not spec.cache.trusted:
+        return spec
+    return dataclasses.replace(spec, cache=dataclasses.replace(spec.cache, trust=UNTRUSTED, pr=None))
+
+
 def _within(path: str, directory: Path) -> bool:
     return path == str(directory) or path.startswith(f"{directory}{os.sep}")
 
 
 def description_key(config: dict[str, Any], spec: RunSpec) -> str:
-    """What must be equal between a job's container and a pre-started one."""
+    """What must be equal between a job's container and a pre-started one: all but the per-job parts; its cache is
+    the repository's (whichever pull request: a layer over the repository's trusted cache either way)."""
     assert spec.cache is not None
     mounts = [dict(mount) for mount in config["mounts"] if mount["Target"] not in PER_JOB_MOUNTS]
     for mount in mounts:
@@ -100,7 +112,8 @@ def description_key(config: dict[str, Any], spec: RunSpec) -> str:
             mount.pop("Source", None)  # the cache layer's overlay volume: the container's own
     key = {"config": {k: v for k, v in config.items() if k not in PER_JOB_KEYS},
            "env": {k: v for k, v in config["environment"].items() if not per_job(k)},
-           "mounts": mounts, "cache": repr(spec.cache), "timeout": spec.timeout_s, "output_mb": spec.output_mb}
+           "mounts": mounts, "cache": repr(dataclasses.replace(spec.cache, pr=None)), "timeout": spec.timeout_s,
+           "output_mb": spec.output_mb}
     return json.dumps(key, sort_keys=True, default=str)
 
 
@@ -117,18 +130,22 @@ class Prestarted:
         """The job's checkout, where the container's read-only mount shows it."""
         shutil.copytree(checkout, self.staging, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)
 
-    def go(self, argv: list[str], env: dict[str, str], cpus: tuple[int, ...]) -> None:
+    def go(self, line: bytes, cpus: tuple[int, ...]) -> None:
+        """The job's CPUs, then its command and variables (`go_line`) on the container's stdin."""
         if cpus:
             self.container.update(cpuset_cpus=spell(cpus))
-        line = json.dumps({"argv": argv, "env": env}).encode() + b"\n"
-        if len(line) > LINE_MAX:
-            raise ValueError("the job's command and variables are too long for a pre-started container")
         sock = self.container.attach_socket(params={"stdin": 1, "stream": 1})
         raw = getattr(sock, "_sock", sock)
         try:
             raw.sendall(line)
         finally:
             sock.close()
+
+
+def go_line(argv: list[str], env: dict[str, str]) -> bytes | None:
+    """What a pre-started container reads (suites/warm_container.py); None when too long for it."""
+    line = json.dumps({"argv": argv, "env": env}).encode() + b"\n"
+    return line if len(line) <= LINE_MAX else None
 
 
 def _link_or_copy(source: str, target: str) -> str:

@@ -19,8 +19,9 @@ import docker.errors
 import docker.types
 import requests
 
+from runners import docker_prestart as prestart
 from runners import header_seed
-from runners.compile_cache import CacheScopeError, JobCache, open_job_cache, slug
+from runners.compile_cache import CacheScopeError, JobCache, open_job_cache, process_alive, slug
 from runners.cpu_shares import CpuShares
 from runners.docker_container import (
     CACHE_MOUNT,
@@ -44,7 +45,7 @@ from runners.docker_engine import (
     wait,
 )
 from runners.docker_output import OutputVolume, first_line, image_files, pump_logs, ticking
-from runners.docker_prestart import Prestarted, Prestarts, description_key, eligible, per_job
+from runners.docker_prestart import Prestarted, Prestarts
 from runners.job_log import LogSink
 from runners.layer_cap import LayerWatch
 from runners.protocol import RunResult, RunSpec, ShouldCancel
@@ -135,13 +136,10 @@ class DockerRunner:
         try:
             self._remove(name)  # a stale container from a crashed attempt holds the name
             config = self._config(spec, None, None, part)
-            entry = self._prestarted(spec, part, name, config)
-            if entry is not None:  # created, started and through its imports before this job came
+            claimed = self._prestarted(spec, part, name, config)
+            if claimed is not None:  # created, started and through its imports before this job came
+                entry, watch = claimed
                 output, cache, container = entry.output, entry.cache, entry.container
-                output.spec = spec
-                watch = LayerWatch(cache.cache if cache is not None else None)
-                entry.go(list(config["command"][3:]), {k: v for k, v in config["environment"].items()
-                                                       if per_job(k)}, part)
             else:
                 output = OutputVolume(self.client, spec, self.images[spec.device], self.deployment,
                                       output_volume_name(spec.job_id), self._labels(spec))
@@ -152,8 +150,9 @@ class DockerRunner:
                 # landed before it, counted as the layer's start and never against the cap.
                 watch = LayerWatch(cache.cache if cache is not None else None)
                 container.start()
-            if self.prestarts is not None and not eligible(spec, self.python):
-                self.prestarts.make_later(spec, part, self._config)  # for the next job like this one
+            upcoming = prestart.for_pull_requests(spec) if self.prestarts is not None else None
+            if self.prestarts is not None and upcoming is not None and not prestart.eligible(upcoming, self.python):
+                self.prestarts.make_later(upcoming, part, self._config)  # for the next pull-request job like this one
             with LogSink(spec.log_path, spec.log_mb << 20) as log:
                 pump = threading.Thread(target=pump_logs, args=(container, log), daemon=True)
                 pump.start()
@@ -199,12 +198,16 @@ class DockerRunner:
         return container_config(spec, self.images[spec.device], cache, self.deployment, gpus=self.gpus,
                                 output=output, cpus=part)
 
-    def _prestarted(self, spec: RunSpec, part: tuple[int, ...], name: str, config: dict[str, Any]) -> Prestarted | None:
-        """A pre-started container this job may take, its checkout linked in and renamed for it; or None."""
-        if self.prestarts is None or eligible(spec, self.python):
+    def _prestarted(self, spec: RunSpec, part: tuple[int, ...], name: str,
+                    config: dict[str, Any]) -> tuple[Prestarted, LayerWatch] | None:
+        """A pre-started container this job may take, given the job (its checkout linked in, renamed for it, its
+        command sent) with its cache layer's watch; or None: the job starts its own."""
+        if self.prestarts is None or prestart.eligible(spec, self.python):
             return None
-        entry = self.prestarts.take(description_key(config, spec))
-        if entry is None:
+        env = {k: v for k, v in config["environment"].items() if prestart.per_job(k)}
+        line = prestart.go_line(list(config["command"][3:]), env)
+        entry = self.prestarts.take(prestart.description_key(config, spec)) if line is not None else None
+        if entry is None or line is None:
             return None
         try:
             entry.container.reload()
@@ -212,11 +215,15 @@ class DockerRunner:
                 raise RuntimeError(f"it is {entry.container.status}")
             entry.fill(spec.checkout_dir)
             entry.container.rename(name)
-        except (docker.errors.DockerException, requests.exceptions.RequestException, RuntimeError, OSError) as exc:
+            entry.output.spec = spec
+            # The layer's baseline before the job can write (as for a container of its own, below).
+            watch = LayerWatch(entry.cache.cache if entry.cache is not None else None)
+            entry.go(line, part)
+        except (*ENGINE_ERRORS, RuntimeError, OSError) as exc:
             log.warning("job %s: a pre-started container could not be used (%s); it starts its own", spec.job_id, exc)
             self.prestarts.discard(entry)
             return None
-        return entry
+        return entry, watch
 
     def _labels(self, spec: RunSpec) -> dict[str, str]:
         deadline = int(time.time()) + int(spec.timeout_s) + DEADLINE_SLACK_S + 10
@@ -227,7 +234,7 @@ class DockerRunner:
             return None
         job_id = job_id or spec.job_id
         cache = open_job_cache(spec.cache, self.cache_key(spec.device), job_id, self.untrusted_layer, RUNNER_UID,
-                               lambda job, _holder: self._container_exists(container_name(job)), self._seed(spec))
+                               self._writing, self._seed(spec))
         if cache.directory is not None:
             return _JobCache(docker.types.Mount(CACHE_MOUNT, str(cache.directory), type="bind"), cache)
         volume = "compile-ci-cache-" + slug(job_id)
@@ -256,8 +263,10 @@ class DockerRunner:
             self._remove_volume(job_cache.volume)
         job_cache.cache.close(clean)
 
-    def _container_exists(self, name: str) -> bool:
-        return container_exists(self.client, name)
+    def _writing(self, job: str, holder: str) -> bool:
+        """Whether a trusted job marked writing may still write: its container runs, or its worker lives (a job whose
+        container is not created yet is starting; one that ends closes its own mark)."""
+        return container_exists(self.client, container_name(job)) or process_alive(holder)
 
     def _remove_volume(self, volume: str) -> None:
         remove_volume(self.client, volume)

@@ -185,3 +185,18 @@ def test_an_unfinished_trusted_job_of_a_dead_worker_is_dropped_at_the_next_job(r
                    output_dir=tmp_path / "out", timeout_s=120, cache=scope)
     assert runner.run(spec).exit_code == 0
     assert not (repo.trusted_dir / "kernel.so").exists() and not repo.writing_marker("ghost-job").exists()
+
+
+def test_a_trusted_job_of_a_live_worker_still_starting_keeps_the_cache(runner: Runner, tmp_path: Path) -> None:
+    """Two shards of a push start together: the second's set-up ran while the first was marked writing but had no
+    container yet, took it for a dead worker's unfinished job and emptied the repository's cache under both (on
+    Docker both shards then ended in pytest's internal error, exit 3). A live worker's job is starting, not lost."""
+    scope = CacheScope(tmp_path / "cache", "101", TRUSTED, cap_mb=64)
+    repo = RepoCache.of(scope, runner.cache_key("cpu"))
+    repo.trusted_dir.mkdir(parents=True)
+    (repo.trusted_dir / "kernel.so").write_bytes(b"\x7fELF")
+    repo.begin_writing("starting-job", f"{socket.gethostname()}:{os.getpid()}")  # this worker; no container yet
+    spec = RunSpec(job_id="next", command=(runner.python, "-c", "print('ok')"), checkout_dir=tmp_path,
+                   output_dir=tmp_path / "out", timeout_s=120, cache=scope)
+    assert runner.run(spec).exit_code == 0
+    assert (repo.trusted_dir / "kernel.so").exists() and repo.writing_marker("starting-job").exists()

@@ -16,7 +16,7 @@ import pytest
 
 from runners.compile_cache import CacheScope
 from runners.docker_container import DEPLOYMENT_LABEL, LABEL
-from runners.docker_prestart import PRESTART_LABEL, eligible
+from runners.docker_prestart import PRESTART_LABEL, eligible, go_line
 from runners.docker_runner import DockerRunner
 from runners.protocol import RunSpec
 from service.jobs import install
@@ -105,8 +105,9 @@ def _checkout(root: Path, bug: str = "0", files: dict[str, str] | None = None) -
     return checkout
 
 
-def _spec(root: Path, checkout: Path, name: str, env: dict[str, str] | None = None) -> RunSpec:
-    """`root`: the test's directory (its cache: one repository's, whichever pull request); `name`: the job."""
+def _spec(root: Path, checkout: Path, name: str, env: dict[str, str] | None = None, pr: int | None = 7) -> RunSpec:
+    """`root`: the test's directory (its cache: one repository's); `name`: the job; `pr`: its pull request (None: a
+    push of the default branch, trusted)."""
     out = root / "out" / name
     command = ("python", "-m", "suites.pytest_entry", "-v", "-p", "no:cacheprovider", "-p", "suites.plugin",
                "-o", "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}", str(ROOT / "suites" / "correctness"),
@@ -115,7 +116,8 @@ def _spec(root: Path, checkout: Path, name: str, env: dict[str, str] | None = No
                "COMPILE_CI_TARGETS": json.dumps({"models": ["zoo.tiny:examples"]}), "PYTHONPATH": str(checkout),
                **(env or {})}
     return RunSpec(job_id=f"prestart-test-{name}-{uuid.uuid4().hex[:6]}", command=command, checkout_dir=checkout,
-                   output_dir=out, timeout_s=300, env=job_env, cache=CacheScope(root / "cache", "r", "untrusted", 7),
+                   output_dir=out, timeout_s=300, env=job_env,
+                   cache=CacheScope(root / "cache", "r", "trusted" if pr is None else "untrusted", pr),
                    suites_dir=ROOT / "suites")
 
 
@@ -136,13 +138,15 @@ def test_a_pull_request_job_takes_a_prestarted_container_and_reports_what_a_fres
         warm_runner: DockerRunner, docker_runner: DockerRunner, tmp_path: Path) -> None:
     prestarts = warm_runner.prestarts
     assert prestarts is not None
-    first = _spec(tmp_path, _checkout(tmp_path / "a"), "first")
-    assert warm_runner.run(first).exit_code == 0  # no container waited: it starts its own, and one for the next
+    # A push of the default branch: trusted, so it starts its own container, and one for the repository's next
+    # pull-request job.
+    push = _spec(tmp_path, _checkout(tmp_path / "a"), "push", pr=None)
+    assert warm_runner.run(push).exit_code == 0
     assert prestarts.taken == 0 and prestarts.wait_for(1, WAIT_S)
     # The next pull request plants a bug (compiled differs from eager): a fresh container and a pre-started one must
     # both fail it, the same way.
     buggy = _checkout(tmp_path / "b", bug="(1.0 if torch.compiler.is_compiling() else 0.0)")
-    warm, fresh = _spec(tmp_path, buggy, "warm"), _spec(tmp_path, buggy, "fresh")
+    warm, fresh = _spec(tmp_path, buggy, "warm", pr=8), _spec(tmp_path, buggy, "fresh", pr=8)
     warm_result = warm_runner.run(warm)
     assert prestarts.taken == 1
     fresh_result = docker_runner.run(fresh)
@@ -241,6 +245,10 @@ def test_only_untrusted_built_in_suite_jobs_take_prestarted_containers(tmp_path:
     assert "plugin of its own" in eligible(changed(command=(*spec.command, "-p", "zoo.plugin")), "python")
     assert "plugin of its own" in eligible(changed(command=(*spec.command, "-pzoo.plugin")), "python")
     assert "environment" in eligible(changed(env={**spec.env, "PYTEST_ADDOPTS": "-p zoo"}), "python")
+    # A shard's plan (every test's recorded time) past what the container reads in one line: the job starts its own.
+    assert go_line(["python"], {"COMPILE_CI_SHARD": "x" * (2 << 20)}) is None
+    assert json.loads(go_line(["python"], {"COMPILE_CI_SHARD": "{}"}) or b"") == {
+        "argv": ["python"], "env": {"COMPILE_CI_SHARD": "{}"}}
 
 
 def test_a_sweep_removes_prestarted_containers_only_once_their_worker_is_gone(docker_client: object) -> None:
