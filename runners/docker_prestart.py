@@ -20,12 +20,13 @@ container itself starts the job fresh when its checkout or install could change 
 
 A job's container has no network and no engine socket, and the next container is created by the worker with new
 directories, layer and volume: nothing a job writes reaches the next one. At most `capacity` (the worker's slots)
-wait at once; one unclaimed for IDLE_S is removed. A worker's leftovers carry its host and pid, and are swept once
-that process is gone.
+wait at once; one unclaimed for IDLE_S is removed, and ends itself a minute later whoever watches it. A worker's
+go when its process exits; a killed one's carry its host and pid, and are swept once that process is gone.
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import logging
@@ -35,6 +36,7 @@ import socket
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,7 +55,8 @@ from runners.protocol import RunSpec
 log = logging.getLogger(__name__)
 
 PRESTART_LABEL = "org.compile-ci.prestart"  # "<host>:<pid>" of the worker that made it
-IDLE_S = 300
+IDLE_S = 300  # a worker gives no job a container older than this
+IDLE_MARGIN_S = 60  # and the container ends itself unclaimed this much later (its worker may be gone)
 LAUNCHER = ("-m", "suites.warm_container")
 SHARED_VARIABLES = frozenset({"COMPILE_CI_SOURCE_KEYS"})
 UNSAFE_VARIABLES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
@@ -148,12 +151,31 @@ def go_line(argv: list[str], env: dict[str, str]) -> bytes | None:
     return line if len(line) <= LINE_MAX else None
 
 
+def _differ(key: str, other: str) -> list[str]:
+    """Which parts of two descriptions differ (the log says why a job started its own container)."""
+    mine, theirs = json.loads(key), json.loads(other)
+    parts = [f"config.{k}" for k in set(mine["config"]) | set(theirs["config"])
+             if mine["config"].get(k) != theirs["config"].get(k)]
+    parts += [f"env.{k}" for k in set(mine["env"]) | set(theirs["env"]) if mine["env"].get(k) != theirs["env"].get(k)]
+    return parts + [k for k in mine if k not in ("config", "env") and mine[k] != theirs.get(k)]
+
+
 def _link_or_copy(source: str, target: str) -> str:
     try:
         os.link(source, target, follow_symlinks=False)
     except OSError:
         shutil.copy2(source, target, follow_symlinks=False)
     return target
+
+
+_ALL: weakref.WeakSet[Prestarts] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    """A worker's (or a bench's) waiting containers go with its process; a SIGKILLed one's are swept later."""
+    for prestarts in list(_ALL):
+        prestarts.close()
 
 
 class Prestarts:
@@ -169,8 +191,9 @@ class Prestarts:
         self._made = 0
         self._closed = False
         self.taken = 0  # how many jobs took one (benches, tests)
+        _ALL.add(self)
 
-    def take(self, key: str) -> Prestarted | None:
+    def take(self, key: str, job: str = "") -> Prestarted | None:
         with self._lock:
             old = [e for e in self._entries if time.monotonic() - e.made > IDLE_S]
             self._entries = [e for e in self._entries if e not in old]
@@ -178,8 +201,14 @@ class Prestarts:
             if entry is not None:
                 self._entries.remove(entry)
                 self.taken += 1
+            waiting = [e.key for e in self._entries]
         for stale in old:
             self.discard(stale)
+        if entry is not None:
+            log.info("job %s: a container started %.0f s before it", job, time.monotonic() - entry.made)
+        elif waiting:
+            log.info("job %s: none of the %d waiting containers is of its description (%s differ)", job,
+                     len(waiting), ", ".join(sorted({part for other in waiting for part in _differ(key, other)})))
         return entry
 
     def wait_for(self, count: int, timeout: float) -> bool:
@@ -233,7 +262,8 @@ class Prestarts:
             config.update(
                 name=f"compile-ci-{made}", labels=labels, mounts=mounts, stdin_open=True,
                 environment={k: v for k, v in config["environment"].items() if not per_job(k)},
-                command=["timeout", "--kill-after=10", str(deadline), spec.command[0], *LAUNCHER])
+                command=["timeout", "--kill-after=10", str(deadline), spec.command[0], *LAUNCHER,
+                         str(IDLE_S + IDLE_MARGIN_S)])
             container = runner.client.containers.create(**config)
             container.start()
         except BaseException:

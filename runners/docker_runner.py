@@ -206,7 +206,7 @@ class DockerRunner:
             return None
         env = {k: v for k, v in config["environment"].items() if prestart.per_job(k)}
         line = prestart.go_line(list(config["command"][3:]), env)
-        entry = self.prestarts.take(prestart.description_key(config, spec)) if line is not None else None
+        entry = self.prestarts.take(prestart.description_key(config, spec), spec.job_id) if line is not None else None
         if entry is None or line is None:
             return None
         try:

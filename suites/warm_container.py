@@ -8,8 +8,9 @@ A fresh job's process (`python -m suites.pytest_entry ...`) imports torch and th
 hooks but its install step, which runs in processes of its own: the runner only sends jobs whose `-p` plugins are
 compile-ci's or pytest's, with no PYTEST_ADDOPTS/PYTEST_PLUGINS. So this process makes exactly those imports, in the
 job's container, with the job's environment but for its per-job variables (COMPILE_CI_*, which the runner sends
-with the command), and records every variable they read. Then it reads one line from stdin, `{"argv": [...], "env":
-{...}}`, does the install step's work if the job has one (suites/warm_install.py, as a LocalRunner's forked job
+with the command), and records every variable they read. Then it reads one line from stdin, `{"argv": [...],
+"env": {...}}` (`python -m suites.warm_container [IDLE_S]`: unclaimed after IDLE_S, it ends), does the
+install step's work if the job has one (suites/warm_install.py, as a LocalRunner's forked job
 does: then this process is set up as the step's `exec` would start it, or that `exec` happens), and becomes the job.
 
 It starts the job's command fresh instead (`exec`, a line in the log says why) whenever the order could show:
@@ -29,6 +30,7 @@ import importlib.machinery
 import importlib.metadata
 import json
 import os
+import select
 import shutil
 import sys
 from typing import Any
@@ -137,6 +139,9 @@ def main() -> int:
     read, shown = warm_up()
     imports = {k: v for k, v in os.environ.items() if startup.get(k) != v}  # what the imports set
     plugins = _plugins()
+    idle_s = float(sys.argv[1]) if len(sys.argv) > 1 else None  # unclaimed this long: the container ends
+    if not select.select([sys.stdin], [], [], idle_s)[0]:
+        return 0
     line = sys.stdin.buffer.readline(LINE_MAX)
     if not line.endswith(b"\n"):
         return 0  # not claimed (stdin closed): the container goes unused

@@ -47,3 +47,17 @@ def test_a_module_the_imports_took_that_the_job_would_find_elsewhere_starts_it_f
 
 def test_pytest_plugins_installed_after_the_imports_start_the_job_fresh() -> None:
     assert _unsure([], plugins="more") == "pytest plugins were installed after the imports"
+
+
+def test_a_container_nobody_claims_ends_by_itself() -> None:
+    """Its worker may be gone (a bench or a worker that exited without closing it): after IDLE_S it ends, stdin
+    still open and silent."""
+    proc = subprocess.Popen([sys.executable, "-m", "suites.warm_container", "0.5"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
+                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin", "HOME": "/tmp"})
+    try:
+        assert proc.wait(timeout=180) == 0, proc.stdout.read() if proc.stdout else ""
+    finally:
+        proc.kill()
+        assert proc.stdin is not None
+        proc.stdin.close()
