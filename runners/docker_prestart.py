@@ -1,22 +1,17 @@
 """Pre-started job containers for the DockerRunner (COMPILE_CI_WARM_START): a pull-request job's container created,
 started and through its imports before the job arrives (suites/warm_container.py), so a shard does not pay them.
 
-Each container is made for one job and never reused. It is created from a job's own container description
-(runners/docker_container.py: the same image, hardening, limits, environment, mounts) when an eligible job starts,
-for the next job of the same description; a job takes one only if its description is the same but for:
-- its checkout: the container mounts an empty directory of its own read-only where the checkout goes, and the
-  job's checkout is linked into it (hard links, or copies across filesystems; links inside are copied as links,
-  never followed) before the job's command is sent;
-- its compile-cache layer and output volume: made for that container (the same kinds as a fresh job's: an
-  untrusted overlay layer over the repository's trusted cache, a capped tmpfs), the job's from then on;
-- its per-job variables (COMPILE_CI_*), sent with its command; its cpuset, set when the job takes it.
+Each container is made for one job, never reused, from an eligible job's own description (runners/docker_container.py:
+image, hardening, limits, environment, mounts) when that job starts, at the engine's least CPU weight; the next job
+takes it only if its description is the same but for: its checkout (hard-linked, links copied as links, never
+followed, into the empty directory the container mounts read-only); its cache layer and output volume (made for the
+container, of a fresh job's kinds); its per-job variables (COMPILE_CI_*, sent with its command), cpuset and weight.
 
-Which jobs: untrusted ones (a trusted job writes the repository's cache: it runs as before) whose command is
-`python -m suites.pytest_entry` (behind the install step or not) on a built-in suite with no `-p` plugin but
-compile-ci's and pytest's, and no PYTEST_ADDOPTS or PYTEST_PLUGINS: jobs where no code of the repository runs in the
-job's process before pytest's configure hooks, which is where a fresh process has made the same imports. The
-container itself starts the job fresh when its checkout or install could change what those imports found
-(suites/warm_container.py).
+Which jobs: untrusted ones (a trusted job writes the repository's cache: it runs as before; it readies a container
+for the repository's next pull request) whose command is `python -m suites.pytest_entry` (behind the install step or
+not) on a built-in suite, with no `-p` plugin but compile-ci's and pytest's and no PYTEST_ADDOPTS or PYTEST_PLUGINS:
+no code of the repository runs in the job's process before pytest's configure hooks, where a fresh process has made
+the same imports. The container starts the job fresh when its checkout or install could change what they found.
 
 A job's container has no network and no engine socket, and the next container is created by the worker with new
 directories, layer and volume: nothing a job writes reaches the next one. At most `capacity` (the worker's slots)
@@ -64,6 +59,8 @@ UNSAFE_VARIABLES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 PER_JOB_KEYS = frozenset({"command", "name", "labels", "cpuset_cpus", "mounts", "environment"})
 PER_JOB_MOUNTS = frozenset({CHECKOUT_MOUNT, OUTPUT_MOUNT})
 LINE_MAX = 1 << 20
+WAITING_CPU_SHARES = 2  # the engine's least weight, while a container imports and waits
+DEFAULT_CPU_SHARES = 1024  # the engine's default: what a job's own container has
 
 
 def per_job(name: str) -> bool:
@@ -135,8 +132,8 @@ class Prestarted:
 
     def go(self, line: bytes, cpus: tuple[int, ...]) -> None:
         """The job's CPUs, then its command and variables (`go_line`) on the container's stdin."""
-        if cpus:
-            self.container.update(cpuset_cpus=spell(cpus))
+        # The job's share of the CPUs is a fresh container's (the engine's default weight), its cpuset the job's.
+        self.container.update(cpu_shares=DEFAULT_CPU_SHARES, **({"cpuset_cpus": spell(cpus)} if cpus else {}))
         sock = self.container.attach_socket(params={"stdin": 1, "stream": 1})
         raw = getattr(sock, "_sock", sock)
         try:
@@ -231,6 +228,7 @@ class Prestarts:
         except (docker.errors.DockerException, requests.exceptions.RequestException, CacheScopeError, OSError) as exc:
             log.warning("prestart: no container made for the next job: %s", exc)
             return
+        log.debug("prestart: %s made for the next job like %s", made, spec.job_id)
         with self._lock:
             if self._closed:
                 leftovers = [entry]
@@ -260,6 +258,8 @@ class Prestarts:
             deadline = IDLE_S + int(spec.timeout_s) + DEADLINE_SLACK_S
             labels[DEADLINE_LABEL] = str(int(time.time()) + deadline + 10)
             config.update(
+                # Its imports take only CPU the running jobs leave idle: a job beside it is not slowed for the next.
+                cpu_shares=WAITING_CPU_SHARES,
                 name=f"compile-ci-{made}", labels=labels, mounts=mounts, stdin_open=True,
                 environment={k: v for k, v in config["environment"].items() if not per_job(k)},
                 command=["timeout", "--kill-after=10", str(deadline), spec.command[0], *LAUNCHER,

@@ -45,7 +45,6 @@ from runners.docker_engine import (
     wait,
 )
 from runners.docker_output import OutputVolume, first_line, image_files, pump_logs, ticking
-from runners.docker_prestart import Prestarted, Prestarts
 from runners.job_log import LogSink
 from runners.layer_cap import LayerWatch
 from runners.protocol import RunResult, RunSpec, ShouldCancel
@@ -89,7 +88,7 @@ class DockerRunner:
         self._torch_versions: dict[str, str] = {}
         self._seeds: dict[str, Path | None] = {}  # image id -> its header seed (None: the image has none)
         # COMPILE_CI_WARM_START: pull-request jobs take containers started before them (runners/docker_prestart.py).
-        self.prestarts = Prestarts(self, slots) if warm else None
+        self.prestarts = prestart.Prestarts(self, slots) if warm else None
 
     @property
     def client(self) -> docker.DockerClient:
@@ -130,7 +129,7 @@ class DockerRunner:
         spec.output_dir.mkdir(parents=True, exist_ok=True)
         name = container_name(spec.job_id)
         cache: _JobCache | None = None
-        entry: Prestarted | None = None
+        entry: prestart.Prestarted | None = None
         output: OutputVolume | None = None
         clean = False  # whether the job ended by itself: only then are its trusted cache writes kept
         try:
@@ -199,10 +198,12 @@ class DockerRunner:
                                 output=output, cpus=part)
 
     def _prestarted(self, spec: RunSpec, part: tuple[int, ...], name: str,
-                    config: dict[str, Any]) -> tuple[Prestarted, LayerWatch] | None:
+                    config: dict[str, Any]) -> tuple[prestart.Prestarted, LayerWatch] | None:
         """A pre-started container this job may take, given the job (its checkout linked in, renamed for it, its
         command sent) with its cache layer's watch; or None: the job starts its own."""
-        if self.prestarts is None or prestart.eligible(spec, self.python):
+        why = prestart.eligible(spec, self.python) if self.prestarts is not None else "no warm start"
+        if why:
+            log.debug("job %s: starts its own container: %s", spec.job_id, why)
             return None
         env = {k: v for k, v in config["environment"].items() if prestart.per_job(k)}
         line = prestart.go_line(list(config["command"][3:]), env)
