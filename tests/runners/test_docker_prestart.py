@@ -20,6 +20,7 @@ from runners.docker_prestart import PRESTART_LABEL, eligible, go_line
 from runners.docker_runner import DockerRunner
 from runners.protocol import RunSpec
 from service.jobs import install
+from tests.runners.test_warm_install import PYPROJECT
 from tests.runners.test_warm_start import PATCH  # a repository's wrapper of one of inductor's functions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,24 +51,12 @@ def examples():
     return [("tiny", Tiny, (torch.randn(4, 8),))]
 '''
 WAIT_S = 120
-PYPROJECT = '''
-[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "prezoo"
-version = "0.1"
-
-[tool.setuptools]
-packages = ["prezoo"]
-'''
 PACKAGED_MODEL = '''import json, os, sys
 
 import torch
 from torch import nn
 
-from prezoo import patch  # noqa: F401 - the repository's compiler patch
+from warminstall import patch  # noqa: F401 - the repository's compiler patch
 
 state = {"path": sys.path, "cwd": os.getcwd(), "package": __file__,
          "environ": {k: v for k, v in os.environ.items() if k.startswith(("PYTHON", "COMPILE_CI_CHECKOUT"))},
@@ -163,13 +152,13 @@ def test_a_packaged_repository_with_a_compiler_patch_is_the_same_job_prestarted_
     prestarts = warm_runner.prestarts
     assert prestarts is not None
     checkout = tmp_path / "checkout"
-    (checkout / "prezoo").mkdir(parents=True)
-    (checkout / "pyproject.toml").write_text(PYPROJECT)
-    (checkout / "prezoo" / "__init__.py").write_text("")
-    (checkout / "prezoo" / "patch.py").write_text(PATCH)
-    (checkout / "prezoo" / "model.py").write_text(PACKAGED_MODEL)
+    (checkout / "warminstall").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text(PYPROJECT)  # the package `warminstall`
+    (checkout / "warminstall" / "__init__.py").write_text("")
+    (checkout / "warminstall" / "patch.py").write_text(PATCH)
+    (checkout / "warminstall" / "model.py").write_text(PACKAGED_MODEL)
     specs = []
-    targets = json.dumps({"models": ["prezoo.model:examples"]})
+    targets = json.dumps({"models": ["warminstall.model:examples"]})
     for name in ("fresh", "prestarted"):
         plain = _spec(tmp_path, checkout, name, {"COMPILE_CI_TARGETS": targets, "PYTHONPATH": ""})
         spec = RunSpec(**{**plain.__dict__, "command": tuple(install.wrap(list(plain.command), "python", checkout,

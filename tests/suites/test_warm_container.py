@@ -61,3 +61,42 @@ def test_a_container_nobody_claims_ends_by_itself() -> None:
         proc.kill()
         assert proc.stdin is not None
         proc.stdin.close()
+
+
+SAMPLED = """
+import json, os, random, sys, tempfile
+import torch._dynamo.utils  # what a pre-started container imported (suites/warm_container.py's warm_up)
+from suites.warm_container import _plugins, unsure
+plugins = _plugins()
+names = sorted(n for n, m in sys.modules.items() if "." not in n and not n.startswith("_")
+               and getattr(getattr(m, "__spec__", None), "origin", None) not in (None, "built-in", "frozen"))
+chosen = random.Random(int(sys.argv[1])).sample(names, 12)
+missed = []
+for name in chosen:
+    with tempfile.TemporaryDirectory() as root:
+        os.mkdir(os.path.join(root, name))
+        open(os.path.join(root, name, "__init__.py"), "w").close()
+        sys.path.insert(0, root)
+        try:
+            if "would be imported from" not in unsure(set(), plugins):
+                missed.append(name)
+        finally:
+            sys.path.remove(root)
+print(json.dumps({"chosen": chosen, "missed": missed, "of": len(names)}))
+"""
+
+
+def test_any_module_the_imports_took_shadowed_on_the_job_path_starts_it_fresh() -> None:
+    """The property over every top-level module a container imported (torch, dynamo, pytest, the plugin and what
+    they pulled in), sampled at random (seeded, printed): a package of that name first on the job's path is seen."""
+    import json
+    import random
+
+    seed = random.SystemRandom().randrange(1 << 30)
+    print(f"seed {seed}")
+    done = subprocess.run([sys.executable, "-c", SAMPLED, str(seed)], capture_output=True, text=True, cwd=ROOT,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin", "HOME": "/tmp"}, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    print(found)
+    assert found["of"] > 100 and found["missed"] == [], f"seed {seed}: {found}"
