@@ -3,9 +3,10 @@ started and through its imports before the job arrives (suites/warm_container.py
 
 Each container is made for one job, never reused, from an eligible job's own description (runners/docker_container.py:
 image, hardening, limits, environment, mounts) when that job starts, at the engine's least CPU weight; the next job
-takes it only if its description is the same but for: its checkout (hard-linked, links copied as links, never
-followed, into the empty directory the container mounts read-only); its cache layer and output volume (made for the
-container, of a fresh job's kinds); its per-job variables (COMPILE_CI_*, sent with its command), cpuset and weight.
+takes it only if its description is the same but for: its checkout (hard-linked, never copied, links copied as
+links, never followed, into the empty directory the container mounts read-only); its cache layer and output volume
+(made for the container, of a fresh job's kinds); its per-job variables (COMPILE_CI_*, sent with its command),
+cpuset and weight.
 
 Which jobs: untrusted ones (a trusted job writes the repository's cache: it runs as before; it readies a container
 for the repository's next pull request) whose command is `python -m suites.pytest_entry` (behind the install step or
@@ -128,7 +129,7 @@ class Prestarted:
 
     def fill(self, checkout: Path) -> None:
         """The job's checkout, where the container's read-only mount shows it."""
-        shutil.copytree(checkout, self.staging, symlinks=True, copy_function=_link_or_copy, dirs_exist_ok=True)
+        shutil.copytree(checkout, self.staging, symlinks=True, copy_function=_link, dirs_exist_ok=True)
 
     def go(self, line: bytes, cpus: tuple[int, ...]) -> None:
         """The job's CPUs, then its command and variables (`go_line`) on the container's stdin."""
@@ -157,11 +158,10 @@ def _differ(key: str, other: str) -> list[str]:
     return parts + [k for k in mine if k not in ("config", "env") and mine[k] != theirs.get(k)]
 
 
-def _link_or_copy(source: str, target: str) -> str:
-    try:
-        os.link(source, target, follow_symlinks=False)
-    except OSError:
-        shutil.copy2(source, target, follow_symlinks=False)
+def _link(source: str, target: str) -> str:
+    """A hard link, never a copy: a checkout's size is the pull request's to choose (on another filesystem the
+    link fails, and the job starts its own container, which mounts the checkout where it is)."""
+    os.link(source, target, follow_symlinks=False)
     return target
 
 
@@ -243,7 +243,8 @@ class Prestarts:
     def _create(self, made: str, spec: RunSpec, cpus: tuple[int, ...],
                 config_for: Callable[..., dict[str, Any]]) -> Prestarted:
         runner = self.runner
-        staging = Path(tempfile.mkdtemp(prefix="compile-ci-prestart-"))
+        # Beside the worker's checkouts (their parent's parent: data/work for the pipeline), so links reach them.
+        staging = Path(tempfile.mkdtemp(prefix=".compile-ci-prestart-", dir=spec.checkout_dir.parent.parent))
         staging.chmod(0o755)
         cache = output = None
         try:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ import pytest
 
 from runners.compile_cache import CacheScope
 from runners.docker_container import DEPLOYMENT_LABEL, LABEL
-from runners.docker_prestart import PRESTART_LABEL, eligible, go_line
+from runners.docker_prestart import PRESTART_LABEL, Prestarted, eligible, go_line
 from runners.docker_runner import DockerRunner
 from runners.protocol import RunSpec
 from service.jobs import install
@@ -238,6 +240,31 @@ def test_only_untrusted_built_in_suite_jobs_take_prestarted_containers(tmp_path:
     assert go_line(["python"], {"COMPILE_CI_SHARD": "x" * (2 << 20)}) is None
     assert json.loads(go_line(["python"], {"COMPILE_CI_SHARD": "{}"}) or b"") == {
         "argv": ["python"], "env": {"COMPILE_CI_SHARD": "{}"}}
+
+
+def test_a_checkout_is_linked_into_the_container_never_copied(tmp_path: Path) -> None:
+    """A pull request chooses its checkout's size: linking costs nothing per byte, a copy would write it all to the
+    worker's disk. On another filesystem the link fails (the job then starts its own container, which mounts the
+    checkout where it is), and nothing was copied."""
+    checkout = tmp_path / "checkout"
+    (checkout / "pkg").mkdir(parents=True)
+    (checkout / "pkg" / "big.bin").write_bytes(b"x" * 4096)
+    (checkout / "link").symlink_to("/etc/passwd")  # copied as a link, never followed
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    Prestarted("", None, None, None, staging, 0.0).fill(checkout)
+    assert (staging / "pkg" / "big.bin").stat().st_ino == (checkout / "pkg" / "big.bin").stat().st_ino
+    assert os.readlink(staging / "link") == "/etc/passwd"
+    elsewhere = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    try:
+        (elsewhere / "big.bin").write_bytes(b"x" * 4096)
+        other = tmp_path / "other-staging"
+        other.mkdir()
+        with pytest.raises(OSError):
+            Prestarted("", None, None, None, other, 0.0).fill(elsewhere)
+        assert not (other / "big.bin").exists()
+    finally:
+        shutil.rmtree(elsewhere)
 
 
 def test_a_sweep_removes_prestarted_containers_only_once_their_worker_is_gone(docker_client: object) -> None:
