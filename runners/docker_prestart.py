@@ -23,8 +23,6 @@ go when its process exits; a killed one's carry its host and pid, and are swept 
 from __future__ import annotations
 
 import atexit
-import dataclasses
-import json
 import logging
 import os
 import shutil
@@ -42,10 +40,11 @@ import docker.errors
 import docker.types
 import requests
 
-from runners.compile_cache import UNTRUSTED, CacheScopeError
+from runners.compile_cache import CacheScopeError
 from runners.cpu_shares import spell
-from runners.docker_container import CHECKOUT_MOUNT, DEADLINE_LABEL, DEADLINE_SLACK_S, LABEL, OUTPUT_MOUNT
+from runners.docker_container import CHECKOUT_MOUNT, DEADLINE_LABEL, DEADLINE_SLACK_S, LABEL
 from runners.docker_output import OutputVolume
+from runners.prestart_rules import description_key, differ, per_job
 from runners.protocol import RunSpec
 
 log = logging.getLogger(__name__)
@@ -54,68 +53,9 @@ PRESTART_LABEL = "org.compile-ci.prestart"  # "<host>:<pid>" of the worker that 
 IDLE_S = 300  # a worker gives no job a container older than this
 IDLE_MARGIN_S = 60  # and the container ends itself unclaimed this much later (its worker may be gone)
 LAUNCHER = ("-m", "suites.warm_container")
-SHARED_VARIABLES = frozenset({"COMPILE_CI_SOURCE_KEYS"})
-UNSAFE_VARIABLES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
-# What a job's description may differ in from its container's (everything else must be equal).
-PER_JOB_KEYS = frozenset({"command", "name", "labels", "cpuset_cpus", "mounts", "environment"})
-PER_JOB_MOUNTS = frozenset({CHECKOUT_MOUNT, OUTPUT_MOUNT})
-LINE_MAX = 1 << 20
+MAKE_WAIT_S = 60  # how long a closing worker waits for a container being made
 WAITING_CPU_SHARES = 2  # the engine's least weight, while a container imports and waits
 DEFAULT_CPU_SHARES = 1024  # the engine's default: what a job's own container has
-
-
-def per_job(name: str) -> bool:
-    return name.startswith("COMPILE_CI_") and name not in SHARED_VARIABLES
-
-
-def eligible(spec: RunSpec, python: str) -> str:
-    """Why this job cannot take a pre-started container ('' when it can)."""
-    command = list(spec.command)
-    if len(command) > 3 and command[1] == "-c" and "--" in command[3:]:  # behind its install step (install.py)
-        command = command[command.index("--", 3) + 1:]
-    if command[:3] != [python, "-m", "suites.pytest_entry"]:
-        return "its command is not compile-ci's pytest"
-    if spec.cache is None or spec.cache.trusted:
-        return "a trusted job (it writes the repository's compile cache)"
-    if "--rootdir" in command or any(_within(part, spec.checkout_dir) for arg in command
-                                     for part in (arg, arg.partition("=")[2])):
-        return "the repository's own tests (its conftest runs before pytest's configure hooks)"
-    plugins = [command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "-p"]
-    plugins += [arg[2:] for arg in command if arg.startswith("-p") and len(arg) > 2]
-    if any(not (name.startswith("no:") or name == "suites" or name.startswith("suites.")) for name in plugins):
-        return "a pytest plugin of its own"
-    if any(name in spec.env for name in UNSAFE_VARIABLES):
-        return "pytest options from its environment"
-    return ""
-
-
-def for_pull_requests(spec: RunSpec) -> RunSpec | None:
-    """The description a pull request's job of this repository would have, from a push's job (its next container
-    is then ready for the first pull request after it), or the job's own; None without a cache."""
-    if spec.cache is None:
-        return None
-    if not spec.cache.trusted:
-        return spec
-    return dataclasses.replace(spec, cache=dataclasses.replace(spec.cache, trust=UNTRUSTED, pr=None))
-
-
-def _within(path: str, directory: Path) -> bool:
-    return path == str(directory) or path.startswith(f"{directory}{os.sep}")
-
-
-def description_key(config: dict[str, Any], spec: RunSpec) -> str:
-    """What must be equal between a job's container and a pre-started one: all but the per-job parts; its cache is
-    the repository's (whichever pull request: a layer over the repository's trusted cache either way)."""
-    assert spec.cache is not None
-    mounts = [dict(mount) for mount in config["mounts"] if mount["Target"] not in PER_JOB_MOUNTS]
-    for mount in mounts:
-        if mount["Target"] != CHECKOUT_MOUNT and mount.get("Type") == "volume":
-            mount.pop("Source", None)  # the cache layer's overlay volume: the container's own
-    key = {"config": {k: v for k, v in config.items() if k not in PER_JOB_KEYS},
-           "env": {k: v for k, v in config["environment"].items() if not per_job(k)},
-           "mounts": mounts, "cache": repr(dataclasses.replace(spec.cache, pr=None)), "timeout": spec.timeout_s,
-           "output_mb": spec.output_mb}
-    return json.dumps(key, sort_keys=True, default=str)
 
 
 @dataclass
@@ -141,21 +81,6 @@ class Prestarted:
             raw.sendall(line)
         finally:
             sock.close()
-
-
-def go_line(argv: list[str], env: dict[str, str]) -> bytes | None:
-    """What a pre-started container reads (suites/warm_container.py); None when too long for it."""
-    line = json.dumps({"argv": argv, "env": env}).encode() + b"\n"
-    return line if len(line) <= LINE_MAX else None
-
-
-def _differ(key: str, other: str) -> list[str]:
-    """Which parts of two descriptions differ (the log says why a job started its own container)."""
-    mine, theirs = json.loads(key), json.loads(other)
-    parts = [f"config.{k}" for k in set(mine["config"]) | set(theirs["config"])
-             if mine["config"].get(k) != theirs["config"].get(k)]
-    parts += [f"env.{k}" for k in set(mine["env"]) | set(theirs["env"]) if mine["env"].get(k) != theirs["env"].get(k)]
-    return parts + [k for k in mine if k not in ("config", "env") and mine[k] != theirs.get(k)]
 
 
 def _link(source: str, target: str) -> str:
@@ -186,6 +111,7 @@ class Prestarts:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._made = 0
+        self._making: list[threading.Thread] = []
         self._closed = False
         self.taken = 0  # how many jobs took one (benches, tests)
         _ALL.add(self)
@@ -205,7 +131,7 @@ class Prestarts:
             log.info("job %s: a container started %.0f s before it", job, time.monotonic() - entry.made)
         elif waiting:
             log.info("job %s: none of the %d waiting containers is of its description (%s differ)", job,
-                     len(waiting), ", ".join(sorted({part for other in waiting for part in _differ(key, other)})))
+                     len(waiting), ", ".join(sorted({part for other in waiting for part in differ(key, other)})))
         return entry
 
     def wait_for(self, count: int, timeout: float) -> bool:
@@ -215,7 +141,9 @@ class Prestarts:
 
     def make_later(self, spec: RunSpec, cpus: tuple[int, ...], config_for: Callable[..., dict[str, Any]]) -> None:
         """Start one for the next job like `spec`, in the background."""
-        threading.Thread(target=self._make, args=(spec, cpus, config_for), name="prestart", daemon=True).start()
+        thread = threading.Thread(target=self._make, args=(spec, cpus, config_for), name="prestart", daemon=True)
+        self._making = [t for t in self._making if t.is_alive()] + [thread]
+        thread.start()
 
     def _make(self, spec: RunSpec, cpus: tuple[int, ...], config_for: Callable[..., dict[str, Any]]) -> None:
         with self._lock:
@@ -293,6 +221,9 @@ class Prestarts:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+        for thread in self._making:  # one being made now is discarded when made, not left behind by an exit
+            thread.join(timeout=MAKE_WAIT_S)
+        with self._lock:
             entries, self._entries = self._entries, []
         for entry in entries:
             self.discard(entry)

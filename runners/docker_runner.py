@@ -21,6 +21,7 @@ import requests
 
 from runners import docker_prestart as prestart
 from runners import header_seed
+from runners import prestart_rules as rules
 from runners.compile_cache import CacheScopeError, JobCache, open_job_cache, process_alive, slug
 from runners.cpu_shares import CpuShares
 from runners.docker_container import (
@@ -145,12 +146,11 @@ class DockerRunner:
                 cache = self._prepare_cache(spec)
                 container = self.client.containers.create(**self._config(
                     spec, cache.mount if cache is not None else None, output.open(), part))
-                # The layer's baseline before the job can write: under load a job's first writes (12 MB in a test)
-                # landed before it, counted as the layer's start and never against the cap.
+                # The layer's baseline before the job can write (taken after, its first writes escaped the cap).
                 watch = LayerWatch(cache.cache if cache is not None else None)
                 container.start()
-            upcoming = prestart.for_pull_requests(spec) if self.prestarts is not None else None
-            if self.prestarts is not None and upcoming is not None and not prestart.eligible(upcoming, self.python):
+            upcoming = rules.for_pull_requests(spec) if self.prestarts is not None else None
+            if self.prestarts is not None and upcoming is not None and not rules.eligible(upcoming, self.python):
                 self.prestarts.make_later(upcoming, part, self._config)  # for the next pull-request job like this one
             with LogSink(spec.log_path, spec.log_mb << 20) as log:
                 pump = threading.Thread(target=pump_logs, args=(container, log), daemon=True)
@@ -201,13 +201,13 @@ class DockerRunner:
                     config: dict[str, Any]) -> tuple[prestart.Prestarted, LayerWatch] | None:
         """A pre-started container this job may take, given the job (its checkout linked in, renamed for it, its
         command sent) with its cache layer's watch; or None: the job starts its own."""
-        why = prestart.eligible(spec, self.python) if self.prestarts is not None else "no warm start"
+        why = rules.eligible(spec, self.python) if self.prestarts is not None else "no warm start"
         if why:
             log.debug("job %s: starts its own container: %s", spec.job_id, why)
             return None
-        env = {k: v for k, v in config["environment"].items() if prestart.per_job(k)}
-        line = prestart.go_line(list(config["command"][3:]), env)
-        entry = self.prestarts.take(prestart.description_key(config, spec), spec.job_id) if line is not None else None
+        env = {k: v for k, v in config["environment"].items() if rules.per_job(k)}
+        line = rules.go_line(list(config["command"][3:]), env)
+        entry = self.prestarts.take(rules.description_key(config, spec), spec.job_id) if line is not None else None
         if entry is None or line is None:
             return None
         try:

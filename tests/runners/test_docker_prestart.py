@@ -18,8 +18,9 @@ import pytest
 
 from runners.compile_cache import CacheScope
 from runners.docker_container import DEPLOYMENT_LABEL, LABEL
-from runners.docker_prestart import PRESTART_LABEL, Prestarted, eligible, go_line
+from runners.docker_prestart import PRESTART_LABEL, Prestarted
 from runners.docker_runner import DockerRunner
+from runners.prestart_rules import eligible, go_line
 from runners.protocol import RunSpec
 from service.jobs import install
 from tests.runners.test_warm_install import PYPROJECT
