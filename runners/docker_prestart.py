@@ -23,6 +23,7 @@ go when its process exits; a killed one's carry its host and pid, and are swept 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import shutil
@@ -142,7 +143,8 @@ class Prestarts:
     def make_later(self, spec: RunSpec, cpus: tuple[int, ...], config_for: Callable[..., dict[str, Any]]) -> None:
         """Start one for the next job like `spec`, in the background."""
         thread = threading.Thread(target=self._make, args=(spec, cpus, config_for), name="prestart", daemon=True)
-        self._making = [t for t in self._making if t.is_alive()] + [thread]
+        with self._lock:  # job threads call this at once: none may drop another's thread from the list
+            self._making = [t for t in self._making if t.is_alive()] + [thread]
         thread.start()
 
     def _make(self, spec: RunSpec, cpus: tuple[int, ...], config_for: Callable[..., dict[str, Any]]) -> None:
@@ -174,7 +176,7 @@ class Prestarts:
         # Beside the worker's checkouts (their parent's parent: data/work for the pipeline), so links reach them.
         staging = Path(tempfile.mkdtemp(prefix=".compile-ci-prestart-", dir=spec.checkout_dir.parent.parent))
         staging.chmod(0o755)
-        cache = output = None
+        cache = output = container = None
         try:
             cache = runner._prepare_cache(spec, made)
             labels = {**runner._labels(spec), LABEL: made, PRESTART_LABEL: self.holder}
@@ -196,6 +198,9 @@ class Prestarts:
             container = runner.client.containers.create(**config)
             container.start()
         except BaseException:
+            if container is not None:  # created but not started: it would wait for a sweep
+                with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
+                    container.remove(force=True)
             if output is not None:
                 output.close()
             if cache is not None:
@@ -221,7 +226,7 @@ class Prestarts:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-        for thread in self._making:  # one being made now is discarded when made, not left behind by an exit
+        for thread in list(self._making):  # one being made now is discarded when made, not left behind by an exit
             thread.join(timeout=MAKE_WAIT_S)
         with self._lock:
             entries, self._entries = self._entries, []
