@@ -55,7 +55,8 @@ def settings_for(root: Path, redis_url: str, github_url: str, key: str) -> Setti
         # A host whose torch is another version (a GPU host's) names it, as a deployment would; a bench may try the
         # warm start (runners/warm_start.py, runners/docker_prestart.py) or the DockerRunner (COMPILE_CI_RUNNER).
         **{k: v for k, v in os.environ.items()
-           if k in ("COMPILE_CI_TORCH_VERSIONS", "COMPILE_CI_WARM_START", "COMPILE_CI_RUNNER")},
+           if k in ("COMPILE_CI_TORCH_VERSIONS", "COMPILE_CI_WARM_START", "COMPILE_CI_PRESTART",
+                     "COMPILE_CI_RUNNER")},
     })
 
 

@@ -101,6 +101,15 @@ def _close_all() -> None:
         prestarts.close()
 
 
+def _forked() -> None:
+    """A forked worker process (Celery's prefork child) runs one job at a time, with pools of its own."""
+    for prestarts in list(_ALL):
+        prestarts.after_fork()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 class Prestarts:
     """The worker's pre-started containers. `runner` is its DockerRunner (client, images, _prepare_cache, ...)."""
 
@@ -116,6 +125,15 @@ class Prestarts:
         self._closed = False
         self.taken = 0  # how many jobs took one (benches, tests)
         _ALL.add(self)
+
+    def after_fork(self) -> None:
+        """In a forked child: the parent's containers stay the parent's; this process readies at most one (for its
+        own next job: it runs one at a time), marked with its own pid, so a child's are swept once it is gone."""
+        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        self.capacity = 1
+        self._entries, self._making = [], []
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
 
     def take(self, key: str, job: str = "") -> Prestarted | None:
         with self._lock:

@@ -57,10 +57,11 @@ class Settings:
     # The GPUs this worker's cuda jobs may use ("0", "1,2", GPU UUIDs); empty: all. One cuda worker per GPU on a
     # host with several, so two jobs never share one.
     gpus: tuple[str, ...] = ()
-    # Jobs that skip the imports every process pays: LocalRunner forks each from a warm interpreter of the host
-    # (runners/warm_start.py); DockerRunner gives a pull-request job a container started, and through its imports,
-    # before it came (runners/docker_prestart.py). Opt-in for now.
+    # Jobs that skip the imports every process pays. LocalRunner (opt-in): each forked from a warm interpreter of the
+    # host (runners/warm_start.py). DockerRunner (default): a pull-request job takes a container started, and through
+    # its imports, before it came (runners/docker_prestart.py; about 0.5 GB per slot while one waits).
     warm_start: bool = False
+    prestart: bool = True
     # How many jobs this worker runs at once, each on its own part of its CPUs (runners/cpu_shares.py), and those
     # CPUs (empty: the ones the worker may run on).
     job_slots: int = 1
@@ -262,6 +263,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         runner_python=_get(env, "RUNNER_PYTHON"),
         gpus=gpus,
         warm_start=_bool(env, "WARM_START", False, problems),
+        prestart=_bool(env, "PRESTART", True, problems),
         job_slots=_int(env, "JOB_SLOTS", 1, problems),
         cpus=cpus,
         runner_image_cpu=_get(env, "RUNNER_IMAGE_CPU", "compile-ci/runner-cpu:latest"),

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import weakref
 from pathlib import Path
 from typing import Any
 
 from celery import Celery, Task
+from celery.signals import worker_process_shutdown
 
 import suites
 from runners.checkout import Checkout
@@ -47,6 +49,18 @@ log = logging.getLogger(__name__)
 RETRY_KW = {"max_retries": 8, "retry_backoff": 2, "retry_backoff_max": 300, "retry_jitter": True}
 
 
+_RUNNERS: weakref.WeakSet[Runner] = weakref.WeakSet()
+
+
+@worker_process_shutdown.connect
+def _close_runners(**_: object) -> None:
+    """A prefork child ends with os._exit, past atexit: its runners' pre-started containers go with it."""
+    for runner in list(_RUNNERS):
+        closing = getattr(runner, "close", None)
+        if closing is not None:
+            closing()
+
+
 def build_context(settings: Settings, app: Celery, suites_dir: Path | None = None) -> WorkerContext:
     claims = Claims(settings.redis_url, settings.delivery_ttl_seconds)
     return WorkerContext(
@@ -74,7 +88,7 @@ def select_runner(settings: Settings, claims: Leases | None = None) -> Runner:
 
     images = torch_matrix.runner_images(settings)  # this worker's torch version's
     docker_runner = DockerRunner(images, deployment=settings.deployment, gpus=settings.gpus,
-                                 slots=settings.job_slots, cpus=settings.cpus, warm=settings.warm_start)
+                                 slots=settings.job_slots, cpus=settings.cpus, warm=settings.prestart)
     if settings.runner == "docker" or docker_runner.engine_answers():
         docker_runner.sweep_leftovers_quietly(orphaned_jobs(claims) if claims is not None else None)
         return docker_runner
@@ -106,6 +120,7 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
     app = create_celery(settings)
     ctx = build_context(settings, app, suites_dir)
     install_worker(app, settings, ctx.store)
+    _RUNNERS.add(ctx.runner)
 
     @app.task(name=PLAN_RUN, bind=True, shared=False)
     def plan_run(self: Task, run_id: str, retry_of: int | None = None) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import urllib.request
 from collections.abc import Iterator
@@ -10,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from runners.docker_container import DEPLOYMENT_LABEL
 from service.compare.job_verdict import BASE_PENDING
+from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.main import CHECK_RUNS, FULL_NAME, open_sample_pull_requests, wait_for_check_runs
 from service.devkit.sandbox.stack import Stack
@@ -35,6 +38,19 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, 
                       "cuda": by_key[(repo.good_sha, "correctness (cuda)")],
                       "own": by_key[(repo.good_sha, "repo (cpu)")], "all": runs}
         assert stack.emulator.errors == []
+        deployment = Settings.from_env(stack.env()).deployment
+    # A stopped stack leaves no job container behind, pre-started ones (made for pull requests' jobs) included.
+    assert _containers_of(deployment) == []
+
+
+def _containers_of(deployment: str) -> list[str]:
+    docker = pytest.importorskip("docker")
+    try:
+        with contextlib.closing(docker.from_env()) as engine:
+            found = engine.containers.list(all=True, filters={"label": f"{DEPLOYMENT_LABEL}={deployment}"})
+            return [c.name for c in found]
+    except docker.errors.DockerException:
+        return []  # no engine: the stack's jobs ran on the LocalRunner
 
 
 def test_clean_pull_request_goes_queued_in_progress_success(finished: tuple[Stack, dict[str, Any]]) -> None:

@@ -290,3 +290,54 @@ def test_a_sweep_removes_prestarted_containers_only_once_their_worker_is_gone(do
             except docker.errors.NotFound:
                 pass
         runner.close()
+
+
+def test_a_docker_worker_prestarts_by_default_and_an_operator_can_turn_it_off(docker_client: object) -> None:
+    from service.config import Settings
+    from service.jobs.tasks import select_runner
+    from tests.unit.test_config import MINIMAL
+
+    chosen = {}
+    for value in (None, "false"):
+        env = {**MINIMAL, "COMPILE_CI_RUNNER": "docker", "COMPILE_CI_DEPLOYMENT": f"tests-{uuid.uuid4().hex[:12]}",
+               **({"COMPILE_CI_PRESTART": value} if value else {})}
+        runner = select_runner(Settings.from_env(env))
+        try:
+            assert isinstance(runner, DockerRunner)
+            chosen[value] = runner.prestarts is not None
+        finally:
+            runner.close()
+    assert chosen == {None: True, "false": False}
+    # The LocalRunner's fork from a warm interpreter stays opt-in.
+    local = select_runner(Settings.from_env({**MINIMAL, "COMPILE_CI_RUNNER": "local"}))
+    assert local.warm is False  # type: ignore[attr-defined]
+
+
+def test_a_forked_worker_process_has_its_own_pool_and_celerys_process_end_removes_what_waits(
+        warm_runner: DockerRunner, tmp_path: Path) -> None:
+    """Celery's prefork children each run one job at a time and end with os._exit, past atexit."""
+    from celery.signals import worker_process_shutdown
+
+    from service.jobs import tasks
+
+    prestarts = warm_runner.prestarts
+    assert prestarts is not None
+    prestarts.capacity = 4  # a worker of four slots, forked into four children
+    assert warm_runner.run(_spec(tmp_path, _checkout(tmp_path / "a"), "push", pr=None)).exit_code == 0
+    assert prestarts.wait_for(1, WAIT_S)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # what the child sees: none of the parent's containers, room for one, its own pid on what it makes
+        os.write(write, json.dumps([prestarts.holder, prestarts.capacity, prestarts.take(prestarts._entries[0].key)
+                                    if prestarts._entries else None]).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as seen:
+        holder, capacity, taken = json.loads(seen.read())
+    os.waitpid(child, 0)
+    assert (holder.rsplit(":", 1)[1], capacity, taken) == (str(child), 1, None)
+    labels = {"label": [PRESTART_LABEL, f"{DEPLOYMENT_LABEL}={warm_runner.deployment}"]}
+    assert len(warm_runner.client.containers.list(filters=labels)) == 2  # the container and its output's holder
+    tasks._RUNNERS.add(warm_runner)  # as create_worker_celery registers its runner
+    worker_process_shutdown.send(sender=None, pid=os.getpid(), exitcode=0)
+    assert warm_runner.client.containers.list(all=True, filters=labels) == []

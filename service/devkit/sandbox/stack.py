@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -18,6 +19,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.store import Store
 from service.web.front import front_command
@@ -216,19 +218,44 @@ class Stack:
             self._previous_handlers.clear()
 
     def _stop_processes(self) -> None:
-        for _name, proc in reversed(self.procs):
+        for name, proc in reversed(self.procs):
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
+                # A worker is stopped as a deployment stops it (its main process only): its pool's children end
+                # through Celery's shutdown, which removes their pre-started job containers.
+                (os.kill if name.startswith("worker") else os.killpg)(proc.pid, signal.SIGTERM)
         for _name, proc in reversed(self.procs):
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # whatever of its session is left
         self.procs.clear()
+        self._sweep_jobs()
         self.emulator.stop()
         if self._front_dir is not None:
             shutil.rmtree(self._front_dir, ignore_errors=True)
+
+    def _sweep_jobs(self) -> None:
+        """Every worker is gone: what their jobs left in the engine (a job killed mid-run, a pre-started container
+        its worker had no time to remove) goes now, not at the deployment's next start or its own deadline."""
+        if not (self.with_workers and self.redis_url):
+            return
+        try:
+            from runners.docker_engine import ENGINE_ERRORS, engine_answers
+            from runners.docker_runner import DockerRunner
+        except ImportError:
+            return  # no Docker SDK: the jobs ran on the LocalRunner
+        if not engine_answers():
+            return
+        runner = DockerRunner(deployment=Settings.from_env(self.env()).deployment)
+        try:
+            runner.sweep_leftovers(is_orphan=lambda _job: True)
+        except ENGINE_ERRORS:
+            pass
+        finally:
+            runner.close()
 
     def __enter__(self) -> Stack:
         self._catch_signals()
