@@ -22,7 +22,8 @@ from .shard_plan import CORPUS_GROUP, NOT_AFFECTED_ENV, SELECTION_FILE, SHARD_EN
 
 def target_specs(item: pytest.Item) -> set[str] | None:
     """The groups a test belongs to: the declared targets (`module:callable` specs) it exercises, or the corpus group
-    for a test of none; None for a test of a declared target that failed to load (its failure is cheap and must
+    for a test of none (a suite's own models, such as the passes suite's zoo whose spec is "builtin", are compile-ci's
+    code: the corpus); None for a test of a declared target that failed to load (its failure is cheap and must
     show)."""
     callspec = getattr(item, "callspec", None)
     specs: set[str] = set()
@@ -31,7 +32,7 @@ def target_specs(item: pytest.Item) -> set[str] | None:
             if type(part).__name__ == "TargetError":
                 return None
             spec = getattr(part, "spec", None)
-            if isinstance(spec, str):
+            if isinstance(spec, str) and ":" in spec:
                 specs.add(spec)
     return specs or {CORPUS_GROUP}
 

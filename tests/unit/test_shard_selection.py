@@ -131,3 +131,31 @@ def test_the_tests_of_one_model_run_in_one_shard(suite: Path) -> None:
                 f"test_adversarial_declared_model[{model}-fp32]"]
         assert len({shard_of[name] for name in mine}) == 1, (model, shard_of)
     assert {shard_of["test_declared_model[resnet]"], shard_of["test_declared_model[vit]"]} == {0, 1}
+
+
+OWN_ZOO = '''
+from dataclasses import dataclass
+import pytest
+
+
+@dataclass(frozen=True)
+class Declared:
+    name: str
+    spec: str
+
+
+# The passes suite's own zoo carries the spec "builtin": compile-ci's code, like the built-in corpus.
+@pytest.mark.parametrize("model", [Declared("conv_block", "builtin"), Declared("resnet", "zoo.resnet:examples")],
+                         ids=lambda m: m.name)
+def test_every_hook(model):
+    pass
+'''
+
+
+def test_a_suites_own_models_are_the_corpus_and_left_to_the_base_with_it(tmp_path: Path) -> None:
+    from suites.shard_plan import CORPUS_GROUP
+
+    (tmp_path / "test_zoo.py").write_text(OWN_ZOO)
+    code, ran, out = run_pytest(tmp_path, "own", not_affected_env([CORPUS_GROUP]))
+    assert (code, ran) == (0, ["test_every_hook[resnet]"])
+    assert read_selection(out).not_affected == ["test_zoo.py::test_every_hook[conv_block]"]
