@@ -23,12 +23,13 @@ request changes the module of its first declared target, the second a patches mo
 The pull requests run with the deployment's COMPILE_CI_SHARD_MIN_SECONDS (`--pr-min-seconds`, default 30): their
 shard count comes from the recorded time of the tests their change reaches (service/jobs/shard_plan.py).
 
-`--suite` takes a comma-separated list or `all` (every built-in suite: one job each, the run's wall is its first
-job's start to its last job's end); `--device cuda` runs them on the cuda queue (a GPU host: LocalRunner, its slots
-share the host's GPUs); `--phases cold,warm`: cold runs each slot count on an empty compile cache, warm after a push
-filled it; `--installed` runs a --targets repository with what the interpreter has installed instead of its
-[install] requirements (a GPU host without an index), and the versions found are recorded; `--out DIR` writes
-shards.json there.
+`--suite` takes a comma-separated list or `all` (every built-in suite: one job each, the run's wall is its first job's
+start to its last job's end); `--device cuda` runs them on the cuda queue (a GPU host: LocalRunner, its slots share the
+host's GPUs); `--phases cold,warm`: cold runs each slot count on the repository's empty compile cache (the host's
+precompiled-header seed stays, as on a deployment's host after its first job, unless `--wipe-host-seed`), warm after a
+push filled it; every worker is measured once it has prepared the host (service/jobs/tasks.py); `--installed` runs a
+--targets repository with what the interpreter has installed instead of its [install] requirements (a GPU host without
+an index), and the versions found are recorded; `--out DIR` writes shards.json there.
 
 Run from the repository root as a module: `python -m bench.shards [--models 6] [--suite correctness] [--workers 1,2,4]
 [--targets tests/suites/models_repo] [--installed] [--device cpu] [--phases warm] [--out DIR]`.
@@ -63,7 +64,7 @@ from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, push_event, signed
 from service.devkit.sandbox.sample_repo import commit_file
 from service.devkit.sandbox.stack import INSTALLATION_ID
-from service.jobs.tasks import create_worker_celery
+from service.jobs.tasks import create_worker_celery, wait_prepared
 from service.store import Job, Store
 from service.store.shards import shards_of
 from service.web.app import create_app
@@ -128,6 +129,14 @@ def worker(settings: Settings, shards: int, queue: str, own_cpus: bool = True) -
                             shutdown_timeout=120, queues=[queue], hostname=f"bench-{uuid.uuid4().hex[:8]}@bench"):
         while slots_by_queue(device, timeout=2.0).get(queue, 0) < shards:
             time.sleep(0.2)
+        # As a deployment's long-running worker: what it makes for every job of the host when it starts (the
+        # LocalRunner's ISA verdict, source keys and precompiled header) is made before the first push comes.
+        waited = time.monotonic()
+        if not wait_prepared(900):
+            print("the host's preparation did not end within 900 s", flush=True)
+        if time.monotonic() - waited > 1.0:
+            print(f"worker of {shards} slot(s): host prepared for jobs ({time.monotonic() - waited:.1f} s waited)",
+                  flush=True)
         yield sized
 
 
@@ -200,6 +209,8 @@ def main() -> int:
     parser.add_argument("--push-min-seconds", type=int, default=0,
                         help="COMPILE_CI_SHARD_MIN_SECONDS of the pushes (default 0: one shard per slot, which shows "
                              "sharding itself; the deployment's default, 30, is what a user's push gets)")
+    parser.add_argument("--wipe-host-seed", action="store_true",
+                        help="cold: the host's precompiled-header seed too (as before 2026-11-29: a host's first push)")
     parser.add_argument("--warm-up-slots", type=int, default=1, help="worker slots of the warm phase's warm-up push")
     parser.add_argument("--shared-cpus", dest="own_cpus", action="store_false",
                         help="every slot's job on all of the host's CPUs (before 2026-11-29) instead of its own part")
@@ -252,8 +263,10 @@ def measure(args: argparse.Namespace, zoo: Zoo, settings: Settings, declared: Re
                        zoo.push(one, "warm-up"))
         walls = {}
         for count in slots:
-            if phase == "cold":  # every slot count starts from an empty compile cache
-                shutil.rmtree(settings.cache_dir, ignore_errors=True)
+            if phase == "cold":  # every slot count starts from the repository's empty compile cache
+                for entry in (settings.cache_dir.iterdir() if settings.cache_dir.is_dir() else ()):
+                    if args.wipe_host_seed or entry.name != ".seeds":  # the host's, made once (runners/header_seed)
+                        shutil.rmtree(entry, ignore_errors=True)
             if phase == "warm" and args.device == "cpu" and args.own_cpus and count != args.warm_up_slots:
                 # inductor keys a CPU kernel on torch's thread count, which is the slot's share of the CPUs: a
                 # worker of this many slots warms its own entries, as a deployment's does on its first push.

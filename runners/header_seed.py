@@ -61,8 +61,11 @@ def ensure(directory: Path, build: Builder, uid: int | None = None) -> Path | No
         directory.parent.mkdir(parents=True, exist_ok=True)
         with open(directory.parent / ".lock", "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (directory / HEADER_DIR).is_dir():
-                _build(directory, build, uid)
+            try:
+                if not (directory / HEADER_DIR).is_dir():
+                    _build(directory, build, uid)
+            finally:  # unlocked, not only closed: a process forked meanwhile holds a copy of this descriptor
+                fcntl.flock(lock, fcntl.LOCK_UN)
     except Exception as exc:  # noqa: BLE001 - an image without a seed, an engine error: the job builds its own
         log.warning("header seed %s: not built (%s); jobs build their own header", directory, exc)
         return None

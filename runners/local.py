@@ -38,6 +38,16 @@ PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DE
 KILL_GRACE_S = 5.0
 PUMP_DRAIN_S = 60.0
 _seed_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    """As runners/toolchain.py: a child forked mid-preparation takes a new lock (the seed's own file lock still keeps
+    one builder at a time across processes)."""
+    global _seed_lock
+    _seed_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 # The job's user name as inductor spells it in its default cache directory (getpass, sanitised as inductor does).
 _USER = re.sub(r'[\\/:*?"<>|]', "_", pwd.getpwuid(os.getuid()).pw_name)
 
@@ -90,18 +100,32 @@ class LocalRunner:
                 self._torch = ""
         return self._torch
 
-    def _seed(self, spec: RunSpec, env: dict[str, str]) -> Path | None:
+    def prepare(self, cache_root: Path) -> None:
+        """What every job of this host needs and no job writes, made when the worker starts rather than by its first
+        job: the CPU-ISA verdict, inductor's source keys and the precompiled header (on a 16-core GPU host its first
+        job waited about 50 s for them). A job that starts meanwhile waits for the same, under the same locks."""
+        self._seed(cache_root, "cpu", self._host_env())
+
+    def _host_env(self) -> dict[str, str]:
+        """A job's environment before its own variables (and its HOME and TMPDIR): what it may pass through, the
+        linker, and the verdicts checked once per worker process."""
+        env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
+        env.update(linker_env(in_image=False))
+        env.update(vec_isa_env(self.python, env))
+        env.update(source_keys_env(self.python, env))
+        return env
+
+    def _seed(self, cache_root: Path, device: str, env: dict[str, str]) -> Path | None:
         """The precompiled header, built once per host and interpreter (a wrapper script's too: keyed by the
         interpreter it runs) in a job's environment before its own variables, where no job runs
-        (runners/header_seed.py); the first job of a host waits for it."""
-        assert spec.cache is not None
-        torch = self.torch_version(spec.device)
+        (runners/header_seed.py); a job that comes before the worker's `prepare` is done waits for it."""
+        torch = self.torch_version(device)
         if not torch:
             return None  # the job says torch is missing itself
         build = f"{self._interpreter}-torch{torch}"
         with _seed_lock:
             return header_seed.remembered(self._seeds, build, lambda: header_seed.ensure(
-                header_seed.seed_dir(spec.cache.root, self.cache_key(spec.device), build),
+                header_seed.seed_dir(cache_root, self.cache_key(device), build),
                 header_seed.from_interpreter(self.python, env)))
 
     def run(self, spec: RunSpec, should_cancel: ShouldCancel | None = None) -> RunResult:
@@ -116,12 +140,8 @@ class LocalRunner:
         job_out.mkdir(parents=True)
         scratch.mkdir()
         paths = [(str(spec.output_dir), str(job_out))]
-        env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
-        env.update(linker_env(in_image=False))
-        # Checked once per worker process (the first job waits), before the job's own HOME and TMPDIR.
-        env.update(vec_isa_env(self.python, env))
-        env.update(source_keys_env(self.python, env))
-        seed = self._seed(spec, env) if spec.cache is not None else None
+        env = self._host_env()
+        seed = self._seed(spec.cache.root, spec.device, env) if spec.cache is not None else None
         env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1", **job_env(part)})
         env.update({key: map_paths(value, paths) for key, value in spec.env.items()})
         env.update(gpu_job_env(spec.device))

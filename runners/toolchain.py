@@ -32,6 +32,16 @@ ISA_CHECK_TIMEOUT_S = 300
 _isa_verdicts: dict[tuple[str, str, str], bool] = {}
 _isa_lock = threading.Lock()
 
+
+def _after_fork() -> None:
+    """A process forked while a worker's preparation held the lock (service/jobs/tasks.py starts it before Celery
+    forks its pool) would wait on it forever: the child takes a new one and checks again what it lacks."""
+    global _isa_lock
+    _isa_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
 LINKER_DIR = Path(__file__).resolve().with_name("linker")  # holds one entry: ld -> /usr/bin/ld.lld
 CHOICES = ("lld", "system")
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any
 
 from celery import Celery, Task
-from celery.signals import worker_process_shutdown
+from celery.signals import worker_init, worker_process_shutdown
 
 import suites
 from runners.checkout import Checkout
@@ -59,6 +61,38 @@ def _close_runners(**_: object) -> None:
         closing = getattr(runner, "close", None)
         if closing is not None:
             closing()
+
+
+_PREPARING: list[threading.Thread] = []
+
+
+def start_preparing(runner: Runner, cache_root: Path) -> None:
+    """A job worker's runner makes, as the worker starts, what every job of the host needs (runners/local.py's
+    `prepare`: the ISA verdict, inductor's source keys, the precompiled header), so no job waits for it."""
+    prepare = getattr(runner, "prepare", None)
+    if prepare is None:
+        return
+
+    def run() -> None:
+        started = time.monotonic()
+        try:
+            prepare(cache_root)
+        except Exception:  # noqa: BLE001 - a job makes what is missing itself, as before
+            log.exception("the host's preparation failed; the first job makes what it needs")
+            return
+        log.info("host prepared for jobs in %.1f s", time.monotonic() - started)
+
+    thread = threading.Thread(target=run, name="prepare-host", daemon=True)
+    _PREPARING.append(thread)
+    thread.start()
+
+
+def wait_prepared(timeout: float) -> bool:
+    """Whether every preparation this process started has ended within `timeout` (benches)."""
+    deadline = time.monotonic() + timeout
+    for thread in list(_PREPARING):
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return not any(t.is_alive() for t in _PREPARING)
 
 
 def build_context(settings: Settings, app: Celery, suites_dir: Path | None = None) -> WorkerContext:
@@ -121,6 +155,12 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
     ctx = build_context(settings, app, suites_dir)
     install_worker(app, settings, ctx.store)
     _RUNNERS.add(ctx.runner)
+
+    def _prepare(sender: Any = None, **_kw: Any) -> None:  # Celery's signals are global: this app's worker only
+        if getattr(sender, "app", None) is app and set(app.amqp.queues.consume_from or {}) - {"github"}:
+            start_preparing(ctx.runner, settings.cache_dir)
+
+    worker_init.connect(_prepare, weak=False)
 
     @app.task(name=PLAN_RUN, bind=True, shared=False)
     def plan_run(self: Task, run_id: str, retry_of: int | None = None) -> None:

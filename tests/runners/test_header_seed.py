@@ -204,3 +204,36 @@ def test_a_seed_removed_under_a_running_worker_is_taken_again(docker_runner: Run
 
 def test_a_seed_gone_before_it_is_laid_is_no_error(tmp_path: Path) -> None:
     assert header_seed.install(tmp_path / "gone", tmp_path / "cache") == []
+
+
+def test_a_worker_process_forked_mid_preparation_waits_for_that_build_and_takes_its_seed(tmp_path: Path) -> None:
+    """Celery forks its pool while the worker prepares the host (service/jobs/tasks.py): the child must neither wait
+    forever on a lock a parent's thread held at the fork nor build the seed again."""
+    import signal
+
+    from runners import local, toolchain
+
+    building, done = threading.Event(), threading.Event()
+
+    def build(scratch: Path) -> None:
+        building.set()
+        done.wait(20)
+        (scratch / "precompiled_headers" / NAME).write_text("#include <x>\n")
+
+    def prepare() -> None:  # what LocalRunner.prepare holds while it builds
+        with toolchain._isa_lock, local._seed_lock:
+            header_seed.ensure(tmp_path / "key" / "build", build)
+
+    preparing = threading.Thread(target=prepare)
+    preparing.start()
+    assert building.wait(10)
+    child = os.fork()
+    if child == 0:
+        signal.alarm(30)  # a lock never released ends the child here, and the test fails
+        with toolchain._isa_lock, local._seed_lock:
+            seed = header_seed.ensure(tmp_path / "key" / "build", lambda _scratch: os._exit(3))  # builds: a failure
+        os._exit(0 if seed is not None and (seed / "precompiled_headers" / NAME).is_file() else 4)
+    done.set()
+    preparing.join()
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
