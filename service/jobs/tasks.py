@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery, Task
-from celery.signals import worker_init, worker_process_shutdown
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 
 import suites
 from runners.checkout import Checkout
@@ -156,11 +156,19 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
     install_worker(app, settings, ctx.store)
     _RUNNERS.add(ctx.runner)
 
+    job_worker: list[bool] = []  # set in the worker's main process, so its pool's children inherit it
+
     def _prepare(sender: Any = None, **_kw: Any) -> None:  # Celery's signals are global: this app's worker only
         if getattr(sender, "app", None) is app and set(app.amqp.queues.consume_from or {}) - {"github"}:
+            job_worker.append(True)
+            start_preparing(ctx.runner, settings.cache_dir)
+
+    def _prepare_child(**_kw: Any) -> None:  # a prefork child runs the jobs: what it keeps in memory, made now
+        if job_worker:
             start_preparing(ctx.runner, settings.cache_dir)
 
     worker_init.connect(_prepare, weak=False)
+    worker_process_init.connect(_prepare_child, weak=False)
 
     @app.task(name=PLAN_RUN, bind=True, shared=False)
     def plan_run(self: Task, run_id: str, retry_of: int | None = None) -> None:

@@ -4,6 +4,11 @@ for them; a worker of reports only makes none of it."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +17,9 @@ from celery.contrib.testing.worker import start_worker
 from runners import header_seed
 from service.devkit.github_emulator import GitHubEmulator
 from service.jobs.tasks import create_worker_celery, wait_prepared
-from tests.conftest import make_settings
+from tests.conftest import make_settings, settings_env
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_job_worker_prepares_the_host_as_it_starts_and_a_report_worker_does_not(
@@ -29,3 +36,27 @@ def test_a_job_worker_prepares_the_host_as_it_starts_and_a_report_worker_does_no
             assert wait_prepared(600)  # before any job was sent
         made[",".join(queues)] = sorted(p.name for p in seeds.glob(".seeds/*/*/precompiled_headers/*.gch"))
     assert made["github"] == [] and len(made["cpu,github"]) == 1, made
+
+
+def test_a_prefork_worker_prepares_as_it_starts_and_each_pool_process_as_it_is_forked(
+        tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: tuple[str, str]) -> None:
+    """A deployment's job worker (`compile-ci worker`: Celery's prefork pool): the pool's child, which runs the jobs
+    and keeps the ISA verdict and source keys in its memory, makes them as it is forked, not at its first job."""
+    env = {**os.environ, **settings_env(tmp_path, redis_url, emulator.url, app_keys[0]),
+           header_seed.SEED_ENV: str(tmp_path / "host-seeds"), "PYTHONPATH": str(ROOT)}
+    log = tmp_path / "worker.log"
+    with open(log, "wb") as out:
+        worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "service.worker", "worker", "-Q", "cpu",
+                                   "-c", "1", "--loglevel", "INFO", "--without-heartbeat", "--without-mingle",
+                                   "--without-gossip"], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 300
+        prepared: list[str] = []
+        while len(prepared) < 2 and time.monotonic() < deadline and worker.poll() is None:
+            prepared = [line for line in log.read_text(errors="replace").splitlines() if "host prepared" in line]
+            time.sleep(0.5)
+        assert len(prepared) == 2, log.read_text(errors="replace")[-3000:]
+        assert {"MainProcess" in line for line in prepared} == {True, False}, prepared  # the main one and its child
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(60)
