@@ -17,6 +17,7 @@ NOT_AFFECTED_ENV = "COMPILE_CI_NOT_AFFECTED"  # a JSON list of the groups whose 
 # The group of a suite's tests that exercise no declared target (the built-in corpus, the op sweep): their results
 # depend on the compiler surface only. Not a `module:callable` spec, so no declared target can be named so.
 CORPUS_GROUP = "(built-in corpus)"
+BUILTIN_SPEC = "builtin"  # the spec a suite's own models carry (the passes suite's zoo): compile-ci's code, the corpus
 SELECTION_FILE = "selection.json"
 NO_HISTORY_S = 1.0  # the weight of every test when none has a recorded duration: a split by count
 

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from .shard_plan import CORPUS_GROUP, NOT_AFFECTED_ENV, SELECTION_FILE, SHARD_ENV, decode_plan, split
+from .shard_plan import BUILTIN_SPEC, CORPUS_GROUP, NOT_AFFECTED_ENV, SELECTION_FILE, SHARD_ENV, decode_plan, split
 
 
 def target_specs(item: pytest.Item) -> set[str] | None:
     """The groups a test belongs to: the declared targets (`module:callable` specs) it exercises, or the corpus group
-    for a test of none (a suite's own models, such as the passes suite's zoo whose spec is "builtin", are compile-ci's
-    code: the corpus); None for a test of a declared target that failed to load (its failure is cheap and must
-    show)."""
+    for a test of none (a suite's own models, whose spec is BUILTIN_SPEC, are compile-ci's code: the corpus; any other
+    spec no group key covers runs, as when unsure); None for a test of a declared target that failed to load (its
+    failure is cheap and must show)."""
     callspec = getattr(item, "callspec", None)
     specs: set[str] = set()
     for value in (callspec.params.values() if callspec is not None else ()):
@@ -32,7 +32,7 @@ def target_specs(item: pytest.Item) -> set[str] | None:
             if type(part).__name__ == "TargetError":
                 return None
             spec = getattr(part, "spec", None)
-            if isinstance(spec, str) and ":" in spec:
+            if isinstance(spec, str) and spec != BUILTIN_SPEC:
                 specs.add(spec)
     return specs or {CORPUS_GROUP}
 

@@ -14,6 +14,7 @@ from torch import nn
 from torch.testing import FileCheck
 
 from .. import explain, harness, judging, module_runs, targets
+from ..shard_plan import BUILTIN_SPEC
 from .conftest import DeclaredPass
 
 aten = torch.ops.aten
@@ -150,7 +151,7 @@ class ConvBlock(nn.Module):
         return self.body(x).mean(dim=(2, 3))
 
 
-BUILTIN = "builtin"  # the spec of the suite's own zoo models
+BUILTIN = BUILTIN_SPEC  # the spec of the suite's own zoo models: the built-in corpus's group (suites/sharding.py)
 
 
 def _builtin_zoo() -> list[targets.DeclaredModel]:

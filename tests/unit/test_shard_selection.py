@@ -144,9 +144,10 @@ class Declared:
     spec: str
 
 
-# The passes suite's own zoo carries the spec "builtin": compile-ci's code, like the built-in corpus.
-@pytest.mark.parametrize("model", [Declared("conv_block", "builtin"), Declared("resnet", "zoo.resnet:examples")],
-                         ids=lambda m: m.name)
+# The passes suite's own zoo carries the spec "builtin": compile-ci's code, like the built-in corpus. A spec no group
+# key covers (an unknown one) runs.
+@pytest.mark.parametrize("model", [Declared("conv_block", "builtin"), Declared("resnet", "zoo.resnet:examples"),
+                                   Declared("odd", "zoo.odd")], ids=lambda m: m.name)
 def test_every_hook(model):
     pass
 '''
@@ -157,5 +158,5 @@ def test_a_suites_own_models_are_the_corpus_and_left_to_the_base_with_it(tmp_pat
 
     (tmp_path / "test_zoo.py").write_text(OWN_ZOO)
     code, ran, out = run_pytest(tmp_path, "own", not_affected_env([CORPUS_GROUP]))
-    assert (code, ran) == (0, ["test_every_hook[resnet]"])
+    assert (code, ran) == (0, ["test_every_hook[resnet]", "test_every_hook[odd]"])
     assert read_selection(out).not_affected == ["test_zoo.py::test_every_hook[conv_block]"]
