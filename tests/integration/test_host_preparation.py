@@ -42,8 +42,8 @@ def test_a_prefork_worker_prepares_as_it_starts_and_each_pool_process_as_it_is_f
         tmp_path: Path, redis_url: str, emulator: GitHubEmulator, app_keys: tuple[str, str]) -> None:
     """A deployment's job worker (`compile-ci worker`: Celery's prefork pool): the pool's child, which runs the jobs
     and keeps the ISA verdict and source keys in its memory, makes them as it is forked, not at its first job."""
-    env = {**os.environ, **settings_env(tmp_path, redis_url, emulator.url, app_keys[0]),
-           header_seed.SEED_ENV: str(tmp_path / "host-seeds"), "PYTHONPATH": str(ROOT)}
+    # The run's seed directory (tests/conftest.py): the seed is the other test's to prove; here, who prepares.
+    env = {**os.environ, **settings_env(tmp_path, redis_url, emulator.url, app_keys[0]), "PYTHONPATH": str(ROOT)}
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:
         worker = subprocess.Popen([sys.executable, "-m", "celery", "-A", "service.worker", "worker", "-Q", "cpu",

@@ -55,6 +55,14 @@ def test_unloadable(model):
 @pytest.mark.parametrize("size", range(6))
 def test_corpus(size):
     pass
+
+
+# The passes suite's own zoo carries the spec "builtin": compile-ci's code, the corpus's group. A spec no group key
+# covers (an unknown one) runs.
+@pytest.mark.parametrize("model", [Declared("conv_block", "builtin"), Declared("odd", "zoo.odd")],
+                         ids=lambda m: m.name)
+def test_own_zoo(model):
+    pass
 '''
 
 
@@ -78,13 +86,14 @@ def suite(tmp_path: Path) -> Path:
 
 def test_shards_run_every_test_once_and_leave_out_what_the_change_cannot_affect(suite: Path) -> None:
     code, whole, out = run_pytest(suite, "whole", {})
-    assert code == 0 and len(whole) == 13 and not (out / "selection.json").exists()  # asked nothing: no selection
+    assert code == 0 and len(whole) == 15 and not (out / "selection.json").exists()  # asked nothing: no selection
     # Each test's groups, in its metrics: what a later job's shard count leaves out (service/jobs/shard_plan.py).
     groups = {name: json.loads((out / "tests" / sanitise_nodeid(f"test_zoo.py::{name}") / "metrics.json")
                                .read_text())["targets"] for name in whole}
     assert groups["test_declared_model[resnet]"] == groups["test_adversarial_declared_model[resnet-bf16]"] == [
         "zoo.resnet:examples"]
-    assert groups["test_corpus[3]"] == ["(built-in corpus)"] and groups["test_unloadable[broken]"] == []
+    assert groups["test_corpus[3]"] == groups["test_own_zoo[conv_block]"] == ["(built-in corpus)"]
+    assert groups["test_unloadable[broken]"] == [] and groups["test_own_zoo[odd]"] == ["zoo.odd"]
     durations = {"test_zoo.py::test_corpus[0]": 30.0, "test_zoo.py::test_declared_model[vit]": 20.0}
     left_out = not_affected_env(["zoo.resnet:examples", "zoo.broken:examples"])
     parts = [run_pytest(suite, f"shard{k}", {**shard_env(k, 2, durations), **left_out}) for k in range(2)]
@@ -101,8 +110,8 @@ def test_shards_run_every_test_once_and_leave_out_what_the_change_cannot_affect(
     assert {tuple(s.order) for s in selections} == {tuple(f"test_zoo.py::{n}" for n in whole if n not in resnet)}
     assert {tuple(s.not_affected) for s in selections} == {tuple(f"test_zoo.py::{n}" for n in resnet)}
 
-    code, ran, out = run_pytest(suite, "empty", {**shard_env(10, 11, {}), **left_out})  # 11 shards of 10 tests
-    assert (code, ran) == (0, []) and read_selection(out).index == 10  # nothing to run is not a failure
+    code, ran, out = run_pytest(suite, "empty", {**shard_env(12, 13, {}), **left_out})  # 13 shards of 12 tests
+    assert (code, ran) == (0, []) and read_selection(out).index == 12  # nothing to run is not a failure
 
 
 def test_the_built_in_corpus_is_a_group_of_its_own_and_a_target_that_failed_to_load_still_runs(suite: Path) -> None:
@@ -113,10 +122,10 @@ def test_the_built_in_corpus_is_a_group_of_its_own_and_a_target_that_failed_to_l
     assert code == 0
     assert sorted(ran) == ["test_adversarial_declared_model[resnet-bf16]",
                            "test_adversarial_declared_model[resnet-fp32]", "test_declared_model[resnet]",
-                           "test_unloadable[broken]"]
+                           "test_own_zoo[odd]", "test_unloadable[broken]"]
     left = read_selection(out).not_affected
     assert sorted(n.split("::")[1] for n in left) == sorted(
-        [*(f"test_corpus[{i}]" for i in range(6)), "test_declared_model[vit]",
+        [*(f"test_corpus[{i}]" for i in range(6)), "test_declared_model[vit]", "test_own_zoo[conv_block]",
          "test_adversarial_declared_model[vit-bf16]", "test_adversarial_declared_model[vit-fp32]"])
 
 
@@ -125,38 +134,10 @@ def test_the_tests_of_one_model_run_in_one_shard(suite: Path) -> None:
     # that model's graphs cold); grouped by model, each model's tests run together.
     parts = [run_pytest(suite, f"model{k}", shard_env(k, 2, {})) for k in range(2)]
     shard_of = {name: k for k, (_code, names, _out) in enumerate(parts) for name in names}
-    assert all(code == 0 for code, _n, _o in parts) and len(shard_of) == 13
+    assert all(code == 0 for code, _n, _o in parts) and len(shard_of) == 15
     for model in ("resnet", "vit"):
         mine = [f"test_declared_model[{model}]", f"test_adversarial_declared_model[{model}-bf16]",
                 f"test_adversarial_declared_model[{model}-fp32]"]
         assert len({shard_of[name] for name in mine}) == 1, (model, shard_of)
     assert {shard_of["test_declared_model[resnet]"], shard_of["test_declared_model[vit]"]} == {0, 1}
 
-
-OWN_ZOO = '''
-from dataclasses import dataclass
-import pytest
-
-
-@dataclass(frozen=True)
-class Declared:
-    name: str
-    spec: str
-
-
-# The passes suite's own zoo carries the spec "builtin": compile-ci's code, like the built-in corpus. A spec no group
-# key covers (an unknown one) runs.
-@pytest.mark.parametrize("model", [Declared("conv_block", "builtin"), Declared("resnet", "zoo.resnet:examples"),
-                                   Declared("odd", "zoo.odd")], ids=lambda m: m.name)
-def test_every_hook(model):
-    pass
-'''
-
-
-def test_a_suites_own_models_are_the_corpus_and_left_to_the_base_with_it(tmp_path: Path) -> None:
-    from suites.shard_plan import CORPUS_GROUP
-
-    (tmp_path / "test_zoo.py").write_text(OWN_ZOO)
-    code, ran, out = run_pytest(tmp_path, "own", not_affected_env([CORPUS_GROUP]))
-    assert (code, ran) == (0, ["test_every_hook[resnet]", "test_every_hook[odd]"])
-    assert read_selection(out).not_affected == ["test_zoo.py::test_every_hook[conv_block]"]
