@@ -218,11 +218,11 @@ class Stack:
             self._previous_handlers.clear()
 
     def _stop_processes(self) -> None:
-        for name, proc in reversed(self.procs):
+        for _name, proc in reversed(self.procs):
             if proc.poll() is None:
-                # A worker is stopped as a deployment stops it (its main process only): its pool's children end
-                # through Celery's shutdown, which removes their pre-started job containers.
-                (os.kill if name.startswith("worker") else os.killpg)(proc.pid, signal.SIGTERM)
+                # The whole session at once (a worker's pool children too: no running job is waited for); what
+                # their jobs leave in the engine is swept below.
+                os.killpg(proc.pid, signal.SIGTERM)
         for _name, proc in reversed(self.procs):
             try:
                 proc.wait(timeout=20)
