@@ -26,7 +26,6 @@ from pathlib import Path
 JOB_CPUS_ENV = "COMPILE_CI_JOB_CPUS"  # the job's CPUs, spelled as a cpuset ("0-3,8")
 JOB_THREADS_ENV = "COMPILE_CI_JOB_THREADS"  # torch's intra-op threads in the job
 COMPILE_THREADS_ENV = "TORCHINDUCTOR_COMPILE_THREADS"
-COMPILE_CPUS_ENV = "COMPILE_CI_COMPILE_CPUS"  # where the job's compile workers may run (LocalRunner: the worker's)
 MAX_CPU = 4095
 _RANGE = re.compile(r"^(\d{1,4})(?:-(\d{1,4}))?$")
 
@@ -112,17 +111,11 @@ class CpuShares:
                 f"slot{'s' if self.slots != 1 else ''})")
 
 
-def job_env(part: Sequence[int], cpu_limit: float | None = None, borrow: Sequence[int] = ()) -> dict[str, str]:
+def job_env(part: Sequence[int], cpu_limit: float | None = None) -> dict[str, str]:
     """What a job on `part` is told: its CPUs, and its threads (at most its CPU limit, rounded up, where the runner
-    also caps its CPU time). `borrow` (LocalRunner, more than one slot: the worker's CPUs): inductor's compile
-    workers, which a cold job keeps busy in bursts, run on all of them at a lower priority
-    (service/jobs/install_step.py widens them as they start), as many as a job of one slot has; torch's threads
-    stay on the part. A slot that compiles while the others run tests or start borrows their idle CPUs."""
+    also caps its CPU time)."""
     threads = len(part) if cpu_limit is None else max(1, min(len(part), math.ceil(cpu_limit)))
-    env = {JOB_CPUS_ENV: spell(part), JOB_THREADS_ENV: str(threads), COMPILE_THREADS_ENV: str(threads)}
-    if cpu_limit is None and set(borrow) > set(part):
-        env.update({COMPILE_CPUS_ENV: spell(borrow), COMPILE_THREADS_ENV: str(min(32, len(set(borrow))))})
-    return env
+    return {JOB_CPUS_ENV: spell(part), JOB_THREADS_ENV: str(threads), COMPILE_THREADS_ENV: str(threads)}
 
 
 def pin(pid: int, part: Sequence[int]) -> None:

@@ -68,13 +68,12 @@ class LocalRunner:
     name = "local"
 
     def __init__(self, python: str = "", gpus: tuple[str, ...] = (), warm: bool = False, slots: int = 1,
-                 cpus: tuple[int, ...] = (), borrow: bool = True) -> None:
+                 cpus: tuple[int, ...] = ()) -> None:
         self.python = python or sys.executable
         self.warm = warm  # COMPILE_CI_WARM_START: jobs forked from the host's warm interpreter (runners/warm_start.py)
         self.gpus = gpus  # COMPILE_CI_GPUS: what a cuda job may see (empty: every GPU of the host)
         # COMPILE_CI_JOB_SLOTS and COMPILE_CI_CPUS: each job that runs at once on its own part of the worker's CPUs.
         self.shares = CpuShares(slots, cpus)
-        self.borrow = self.shares.cpus if borrow else ()  # COMPILE_CI_BORROW_CPUS: for compile workers
         self._torch: str | None = None
         self._seeds: dict[str, Path | None] = {}
         self._interpreter = ""  # the interpreter `python` runs (a wrapper script's too), for the header seed's key
@@ -143,8 +142,7 @@ class LocalRunner:
         paths = [(str(spec.output_dir), str(job_out))]
         env = self._host_env()
         seed = self._seed(spec.cache.root, spec.device, env) if spec.cache is not None else None
-        env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1",
-                    **job_env(part, borrow=self.borrow)})
+        env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1", **job_env(part)})
         env.update({key: map_paths(value, paths) for key, value in spec.env.items()})
         env.update(gpu_job_env(spec.device))
         visible = visible_devices(spec.device, self.gpus)

@@ -63,10 +63,9 @@ class Settings:
     warm_start: bool = False
     prestart: bool = True
     # How many jobs this worker runs at once, each on its own part of its CPUs (runners/cpu_shares.py), and those
-    # CPUs (empty: the ones the worker may run on); LocalRunner: the jobs' compile workers borrow idle ones.
+    # CPUs (empty: the ones the worker may run on).
     job_slots: int = 1
     cpus: tuple[int, ...] = ()
-    borrow_cpus: bool = True
     runner_image_cpu: str = "compile-ci/runner-cpu:latest"
     runner_image_cuda: str = "compile-ci/runner-cuda:latest"
     # The torch versions this deployment has runners for, its default first; an advisory one (a release candidate)
@@ -265,7 +264,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         gpus=gpus,
         warm_start=_bool(env, "WARM_START", False, problems),
         prestart=_bool(env, "PRESTART", True, problems),
-        job_slots=_int(env, "JOB_SLOTS", 1, problems), borrow_cpus=_bool(env, "BORROW_CPUS", True, problems),
+        job_slots=_int(env, "JOB_SLOTS", 1, problems),
         cpus=cpus,
         runner_image_cpu=_get(env, "RUNNER_IMAGE_CPU", "compile-ci/runner-cpu:latest"),
         runner_image_cuda=_get(env, "RUNNER_IMAGE_CUDA", "compile-ci/runner-cuda:latest"),

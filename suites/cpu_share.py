@@ -49,7 +49,5 @@ def size_threads() -> str:
     compile_threads = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "")
     if config is not None and compile_threads.isdigit():
         config.compile_threads = int(compile_threads)  # type: ignore[attr-defined]
-    borrowed = os.environ.get("COMPILE_CI_COMPILE_CPUS", "")
-    where = f" (on CPUs {borrowed}, at a lower priority)" if borrowed else ""
     return (f"[compile-ci] this job runs on CPUs {text}: {torch.get_num_threads()} torch threads, "
-            f"{compile_threads or 'inductor-chosen'} compile workers{where}\n")
+            f"{compile_threads or 'inductor-chosen'} compile workers\n")

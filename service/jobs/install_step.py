@@ -29,40 +29,13 @@ def _fail(stage, output):
     sys.exit(INSTALL_EXIT)
 
 
-# Inductor's compile workers (its subprocess pool: python .../compile_worker/__main__.py) of a job that runs on a part
-# of a LocalRunner worker's CPUs run on all of them (COMPILE_CI_COMPILE_CPUS, runners/cpu_shares.py), niced, so that
-# they take the CPUs the worker's other jobs leave idle before those of its own torch threads' neighbours.
-BORROW = """
-def _compile_ci_borrow():
-    import os, sys
-    text = os.environ.get("COMPILE_CI_COMPILE_CPUS", "")
-    if not text or not (sys.argv[0] if sys.argv else "").replace(os.sep, "/").endswith("compile_worker/__main__.py"):
-        return
-    cpus = set()
-    for part in text.split(","):
-        first, _, last = part.partition("-")
-        cpus.update(range(int(first), int(last or first) + 1))
-    try:
-        os.sched_setaffinity(0, cpus)
-        os.nice(5)
-    except (OSError, ValueError):
-        pass
-
-
-try:
-    _compile_ci_borrow()
-except ValueError:
-    pass
-"""
-
-
 def _boot_dir(tmp, site_dirs):
     """A sitecustomize that processes the .pth files of our site dirs (an editable install is one) in every
-    Python process the job starts, compile workers included (and widens those: BORROW)."""
+    Python process the job starts, compile workers included."""
     boot = os.path.join(tmp, "compile-ci-boot")
     os.makedirs(boot, exist_ok=True)
     with open(os.path.join(boot, "sitecustomize.py"), "w") as handle:
-        handle.write("import site\n" + "".join(f"site.addsitedir({d!r})\n" for d in site_dirs) + BORROW)
+        handle.write("import site\n" + "".join(f"site.addsitedir({d!r})\n" for d in site_dirs))
     return boot
 
 

@@ -131,8 +131,7 @@ def select_runner(settings: Settings, claims: Leases | None = None) -> Runner:
 
 
 def _local(settings: Settings) -> LocalRunner:
-    return LocalRunner(settings.runner_python, settings.gpus, settings.warm_start, settings.job_slots, settings.cpus,
-                       settings.borrow_cpus)
+    return LocalRunner(settings.runner_python, settings.gpus, settings.warm_start, settings.job_slots, settings.cpus)
 
 
 def _retry_later(task: Task, exc: TransientGitHubError) -> None:

@@ -26,7 +26,6 @@ from runners import warm_start
 from runners.compile_cache import TRUSTED, CacheScope
 from runners.local import LocalRunner
 from runners.protocol import RunResult, RunSpec
-from service.jobs.install import wrap
 from service.jobs.pipeline import pytest_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,45 +45,6 @@ import torch
 from sharepkg.model import scaled_tanh
 
 
-def descendants(pid):
-    found, todo = [], [pid]
-    while todo:
-        parent = todo.pop()
-        for entry in os.listdir("/proc"):
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    fields = handle.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if entry.isdigit() and int(fields[1]) == parent:
-                found.append((int(entry), int(fields[16])))
-                todo.append(int(entry))
-    return found
-
-
-def compile_workers(threads):
-    """Inductor's compile-worker processes under this one (its subprocess pool, started if a cached compile did
-    not need it): the CPUs each may use and its nice value."""
-    if threads > 1:
-        from torch._inductor.async_compile import AsyncCompile
-
-        AsyncCompile.process_pool()
-    deadline, workers = time.monotonic() + 60, []
-    while time.monotonic() < deadline:
-        workers = []
-        for pid, nice in descendants(os.getpid()):
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                    if b"compile_worker" in handle.read():
-                        workers.append({"cpus": sorted(os.sched_getaffinity(pid)), "nice": nice})
-            except OSError:
-                continue
-        if threads <= 1 or len(workers) > threads:  # the pool's process and its workers
-            break
-        time.sleep(0.1)
-    return workers
-
-
 def test_meets_the_other_job_and_records_its_share():
     meet = os.environ.get("SHARE_MEET_DIR")
     if meet:  # wait (polling a directory: the jobs share nothing else) until every job of the round has started
@@ -99,8 +59,7 @@ def test_meets_the_other_job_and_records_its_share():
     x = torch.linspace(-3, 3, 4099)
     torch.testing.assert_close(torch.compile(scaled_tanh)(x), scaled_tanh(x))
     state = {"cpus": sorted(os.sched_getaffinity(0)), "threads": torch.get_num_threads(),
-             "compile_threads": config.compile_threads, "met": len(os.listdir(meet)) - 1 if meet else 0,
-             "compile_workers": compile_workers(config.compile_threads)}
+             "compile_threads": config.compile_threads, "met": len(os.listdir(meet)) - 1 if meet else 0}
     with open(os.path.join(os.environ["COMPILE_CI_OUTPUT_DIR"], "share.json"), "w") as handle:
         json.dump(state, handle)
 '''
@@ -118,9 +77,7 @@ def checkout(tmp_path: Path) -> Path:
 
 
 def spec_for(python: str, repo: Path, out: Path, meet: Path | None) -> RunSpec:
-    """A job as the pipeline starts one: through the install step (its boot directory places compile workers)."""
-    command = wrap([*pytest_command(python, out / "junit.xml"), "--rootdir", str(repo), str(repo / "tests")],
-                   python, repo, None, False)
+    command = (*pytest_command(python, out / "junit.xml"), "--rootdir", str(repo), str(repo / "tests"))
     env = {"COMPILE_CI_DEVICE": "cpu", "COMPILE_CI_CHECKOUT": str(repo), "COMPILE_CI_OUTPUT_DIR": str(out),
            "COMPILE_CI_TARGETS": "{}", "COMPILE_CI_DEADLINE": str(int(time.time() + 300))}
     if meet is not None:  # the same for every job (the warm interpreter is keyed by the job's environment)
@@ -158,22 +115,13 @@ def at_once(runner, repo: Path, base: Path, count: int) -> list[tuple[RunResult,
     return found
 
 
-def assert_dealt(found: list[tuple[RunResult, dict, str]], worker_cpus: set[int], borrowed: bool) -> None:
-    """Each job on its own part: torch's threads sized to it; its compile workers on every CPU of the worker,
-    niced, when `borrowed` (LocalRunner), else on its part, as many as its CPUs."""
+def assert_dealt(found: list[tuple[RunResult, dict, str]], worker_cpus: set[int]) -> None:
     shares = [set(state["cpus"]) for _, state, _ in found]
     assert all(state["met"] == len(found) for _, state, _ in found), "the jobs did not run at once"
     assert set().union(*shares) == worker_cpus and sum(map(len, shares)) == len(worker_cpus), shares
     for (_, state, log), share in zip(found, shares, strict=True):
-        assert state["threads"] == len(share), state
-        workers = state.get("compile_workers")
-        if borrowed:
-            assert state["compile_threads"] == len(worker_cpus), state
-            assert workers and all(set(w["cpus"]) == worker_cpus and w["nice"] == 5 for w in workers), state
-        else:
-            assert state["compile_threads"] == len(share), state
-            assert workers is None or all(set(w["cpus"]) <= share and w["nice"] == 0 for w in workers), state
-        assert _line(tuple(sorted(share)), tuple(sorted(worker_cpus)) if borrowed else ()) in log, log[:2000]
+        assert state["threads"] == state["compile_threads"] == len(share), state
+        assert _line(tuple(sorted(share))) in log, log[:2000]
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to deal")
@@ -184,12 +132,12 @@ def test_jobs_at_once_on_local_slots_each_run_on_their_own_cpus_fresh_and_forked
     try:
         # No warm interpreter yet: both start fresh (the first starts one), each pinned by the runner.
         fresh = at_once(runner, repo, tmp_path / "fresh", 2)
-        assert_dealt(fresh, set(os.sched_getaffinity(0)), borrowed=True)
+        assert_dealt(fresh, set(os.sched_getaffinity(0)))
         assert not any(FORKED in log for _, _, log in fresh)
         # Forked from it: each pins itself and sets its threads in the child.
         assert warm_start.wait_until_ready(120)
         forked = at_once(runner, repo, tmp_path / "forked", 2)
-        assert_dealt(forked, set(os.sched_getaffinity(0)), borrowed=True)
+        assert_dealt(forked, set(os.sched_getaffinity(0)))
         assert all(FORKED in log for _, _, log in forked)
     finally:
         warm_start.close_all()
@@ -210,18 +158,12 @@ def test_a_docker_job_beside_another_gets_a_cpuset_of_its_own(tmp_path: Path, do
         assert result.exit_code == 0, (result, log[-3000:])
         state = json.loads((out / "share.json").read_text())
         assert_dealt([(result, {**state, "met": 2}, log), (result, {"cpus": held, "threads": len(held),
-                      "compile_threads": len(held), "met": 2}, _line(held))], set(os.sched_getaffinity(0)),
-                     borrowed=False)
+                      "compile_threads": len(held), "met": 2}, _line(held))], set(os.sched_getaffinity(0)))
     finally:
         runner.sweep_leftovers()
         runner.close()
 
 
-def _spell(cpus: tuple[int, ...]) -> str:
-    return ",".join(map(str, cpus)) if len(cpus) == 1 else f"{min(cpus)}-{max(cpus)}"
-
-
-def _line(cpus: tuple[int, ...], borrowed: tuple[int, ...] = ()) -> str:
-    workers = f"{len(borrowed)} compile workers (on CPUs {_spell(borrowed)}, at a lower priority)" if borrowed else (
-        f"{len(cpus)} compile workers")
-    return f"this job runs on CPUs {_spell(cpus)}: {len(cpus)} torch threads, {workers}"
+def _line(cpus: tuple[int, ...]) -> str:
+    spelled = ",".join(map(str, cpus)) if len(cpus) == 1 else f"{min(cpus)}-{max(cpus)}"
+    return f"this job runs on CPUs {spelled}: {len(cpus)} torch threads, {len(cpus)} compile workers"

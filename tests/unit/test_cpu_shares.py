@@ -69,16 +69,6 @@ def test_a_job_is_told_its_cpus_and_threads_capped_by_its_cpu_limit() -> None:
     assert job_env((4,), cpu_limit=0.5)["COMPILE_CI_JOB_THREADS"] == "1"
 
 
-def test_compile_workers_borrow_the_workers_cpus_only_beyond_the_part_and_without_a_cpu_limit() -> None:
-    lent = job_env((4, 5, 6, 7), borrow=tuple(range(16)))
-    assert lent == {"COMPILE_CI_JOB_CPUS": "4-7", "COMPILE_CI_JOB_THREADS": "4",
-                    "TORCHINDUCTOR_COMPILE_THREADS": "16", "COMPILE_CI_COMPILE_CPUS": "0-15"}
-    assert "COMPILE_CI_COMPILE_CPUS" not in job_env((0, 1), borrow=(0, 1))  # one slot: the part is every CPU
-    capped = job_env((4, 5, 6, 7), cpu_limit=2.0, borrow=tuple(range(16)))  # a limit on its CPU time: no more
-    assert "COMPILE_CI_COMPILE_CPUS" not in capped and capped["TORCHINDUCTOR_COMPILE_THREADS"] == "2"
-    assert job_env((0,), borrow=tuple(range(64)))["TORCHINDUCTOR_COMPILE_THREADS"] == "32"  # inductor's own cap
-
-
 def test_any_host_slots_and_lease_order_keep_running_jobs_apart() -> None:
     """Random hosts (1-64 CPUs), 1-16 slots and random starts and ends of jobs: the parts cover the CPUs once and
     differ in size by at most one; a job that starts while a part is free gets a free one (so while no more jobs
@@ -121,8 +111,6 @@ def test_settings_name_the_slots_and_the_cpus_and_reject_nonsense() -> None:
     settings = Settings.from_env({**base, "COMPILE_CI_JOB_SLOTS": "4", "COMPILE_CI_CPUS": "0-7,16-23"})
     assert settings.job_slots == 4 and settings.cpus == (*range(8), *range(16, 24))
     assert Settings.from_env(base).job_slots == 1 and Settings.from_env(base).cpus == ()
-    assert Settings.from_env(base).borrow_cpus and not Settings.from_env(
-        {**base, "COMPILE_CI_BORROW_CPUS": "false"}).borrow_cpus
     for key, value, said in (("COMPILE_CI_JOB_SLOTS", "0", "at least 1"), ("COMPILE_CI_CPUS", "0-3,2", "twice"),
                              ("COMPILE_CI_CPUS", "all", "not a CPU")):
         with pytest.raises(ConfigError) as caught:
