@@ -57,10 +57,10 @@ class Settings:
     # The GPUs this worker's cuda jobs may use ("0", "1,2", GPU UUIDs); empty: all. One cuda worker per GPU on a
     # host with several, so two jobs never share one.
     gpus: tuple[str, ...] = ()
-    # Jobs that skip the imports every process pays. LocalRunner (opt-in): each forked from a warm interpreter of the
+    # Jobs that skip the imports every process pays. LocalRunner (default): each forked from a warm interpreter of the
     # host (runners/warm_start.py). DockerRunner (default): a pull-request job takes a container started, and through
     # its imports, before it came (runners/docker_prestart.py; about 0.5 GB per slot while one waits).
-    warm_start: bool = False
+    warm_start: bool = True
     prestart: bool = True
     # How many jobs this worker runs at once, each on its own part of its CPUs (runners/cpu_shares.py), and those
     # CPUs (empty: the ones the worker may run on).
@@ -262,7 +262,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         runner=runner,
         runner_python=_get(env, "RUNNER_PYTHON"),
         gpus=gpus,
-        warm_start=_bool(env, "WARM_START", False, problems),
+        warm_start=_bool(env, "WARM_START", True, problems),
         prestart=_bool(env, "PRESTART", True, problems),
         job_slots=_int(env, "JOB_SLOTS", 1, problems),
         cpus=cpus,

@@ -308,9 +308,12 @@ def test_a_docker_worker_prestarts_by_default_and_an_operator_can_turn_it_off(do
         finally:
             runner.close()
     assert chosen == {None: True, "false": False}
-    # The LocalRunner's fork from a warm interpreter stays opt-in.
+    # The LocalRunner forks its jobs from a warm interpreter by default too; an operator can turn that off.
     local = select_runner(Settings.from_env({**MINIMAL, "COMPILE_CI_RUNNER": "local"}))
-    assert local.warm is False  # type: ignore[attr-defined]
+    assert local.warm is True  # type: ignore[attr-defined]
+    fresh = select_runner(Settings.from_env({**MINIMAL, "COMPILE_CI_RUNNER": "local",
+                                             "COMPILE_CI_WARM_START": "false"}))
+    assert fresh.warm is False  # type: ignore[attr-defined]
 
 
 def test_a_forked_worker_process_has_its_own_pool_and_celerys_process_end_removes_what_waits(
