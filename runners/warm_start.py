@@ -9,7 +9,7 @@ is what it would read in the job. One interpreter per such environment and runne
 oldest retired), started by the first job that finds none, which itself runs fresh, as does every job while the
 interpreter imports, when it says it cannot be forked (a thread, a CUDA driver loaded), when the checkout has a
 top-level module of the name of one imported after torch (a fresh process could import the checkout's); none
-unless the worker's `COMPILE_CI_WARM_START` is true (LocalRunner's `warm`; opt-in).
+unless the worker's `COMPILE_CI_WARM_START` is true (LocalRunner's `warm`; the default, `false` turns it off).
 
 The warm interpreter's HOME, TMPDIR and caches are an empty directory of its own; a job that leaves anything there
 (something imported kept a path of the warm interpreter's) retires it. It is told the environment it was given
