@@ -186,13 +186,7 @@ HEAVY = (
     "tests/runners/test_warm_install.py::test_a_job_with_an_install_step_forks_and_is_the_fresh_job"
     "[a wrapper that sets its path]",
     # 2026-11-29 (CI time: CI's whole run took 1,233 s; the host is CPU-bound, 96 % busy through the run, so these
-    # are left out by their CPU): the warm interpreter is opt-in (COMPILE_CI_WARM_START). CI keeps a forked job that
-    # is the fresh job (tests/runners/test_warm_start.py), the install step done in a forked child
-    # (test_a_requirement_whose_pth_runs_code_starts_afresh_after_the_step) and the default, fresh, LocalRunner's
-    # pinning (test_jobs_at_once_on_local_slots_each_run_on_their_own_cpus); 44 s and 17 s of CPU.
-    "tests/runners/test_warm_install.py::test_a_job_with_an_install_step_forks_and_is_the_fresh_job"
-    "[a wrapper that adds its path]",
-    "tests/runners/test_cpu_shares_jobs.py::test_jobs_at_once_on_local_slots_each_run_on_their_own_cpus_fresh_and_forked",
+    # are left out by their CPU). The warm interpreter's proofs stay: it is the LocalRunner's default.
     # 37 s of CPU: its two halves are proven in CI by tests/compare/test_code_noise_torch.py (the same code, cold and
     # then warm in another order, is unchanged) and, through the pipeline against a base run,
     # tests/integration/test_base_compare_torch.py (a pass that changes the generated code is counted as changed).

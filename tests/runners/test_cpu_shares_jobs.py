@@ -125,16 +125,9 @@ def assert_dealt(found: list[tuple[RunResult, dict, str]], worker_cpus: set[int]
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to deal")
-def test_jobs_at_once_on_local_slots_each_run_on_their_own_cpus(tmp_path: Path) -> None:
-    """The default LocalRunner (fresh interpreters): each job pinned by the runner, and by itself before torch."""
-    found = at_once(LocalRunner(slots=2), checkout(tmp_path), tmp_path / "fresh", 2)
-    assert_dealt(found, set(os.sched_getaffinity(0)))
-    assert not any(FORKED in log for _, _, log in found)
-
-
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to deal")
 def test_jobs_at_once_on_local_slots_each_run_on_their_own_cpus_fresh_and_forked(tmp_path: Path) -> None:
-    """With the warm interpreter (opt-in, COMPILE_CI_WARM_START): a forked job pins itself in the child."""
+    """Fresh (the first job starts the warm interpreter), then forked from it (the default, COMPILE_CI_WARM_START):
+    each job pinned by the runner, a forked one by itself in the child."""
     warm_start.close_all()
     repo = checkout(tmp_path)
     runner = LocalRunner(warm=True, slots=2)
