@@ -38,6 +38,7 @@ import tomllib
 from pathlib import Path
 
 from celery.contrib.testing.worker import start_worker
+from celery.signals import task_postrun, task_prerun
 
 from bench.base_compare import ROOT, settings_for
 from bench.private_stack import private_stack
@@ -147,15 +148,21 @@ class Measure:
         self.store = Store(settings.database_url)  # type: ignore[attr-defined]
         self.number = 0
         self.titles: list[str] = []
+        # The embedded worker's tasks in flight: a report's last step (the pull request's comment) comes after the
+        # job is marked reported, and the emulator must not stop under it.
+        self.busy: set[str] = set()
+        task_prerun.connect(lambda task_id=None, **_: self.busy.add(str(task_id)), weak=False)
+        task_postrun.connect(lambda task_id=None, **_: self.busy.discard(str(task_id)), weak=False)
 
     def deliver(self, event: str, payload: dict[str, object]) -> None:
         headers, body = signed("bench-secret", event, payload)
         assert create_app(self.settings).test_client().post("/webhook", data=body, headers=headers).status_code == 202
 
     def settle(self, timeout_s: float = 7200) -> None:
-        """Until no run plans, no job waits or runs (base runs included) and every job's last word is reported."""
+        """Until no run plans, no job waits or runs (base runs included), every job's last word is reported and no
+        task of the worker is still at work (a comment being posted)."""
         deadline = time.monotonic() + timeout_s
-        while (self.store.runs_in_state("planning") or self.store.jobs_in_state("queued", "running")
+        while (self.busy or self.store.runs_in_state("planning") or self.store.jobs_in_state("queued", "running")
                or any(j.reported != "completed" for r in self.store.recent_runs(500) if r.trigger in
                       ("push", "pull_request") for j in self.store.jobs_of(r.id))):
             assert time.monotonic() < deadline, "the jobs never settled"

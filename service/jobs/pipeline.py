@@ -27,6 +27,7 @@ from service.observability.worker import job_finished, job_started
 from service.planning import affected, base_runs, torch_matrix
 from service.planning.plan import builtin_suites, job_queue, ops_scope
 from service.planning.reuse_plan import plan_reuse
+from service.planning.reuse_whole import reused_whole
 from service.planning.selection import Selected, not_affected_env, read_selection
 from service.repo_config import RepoConfig
 from service.store import Job, Run
@@ -112,10 +113,11 @@ def _execute(ctx: WorkerContext, job: Job, lease: LeaseKeeper) -> bool:
     out = ctx.settings.artifacts_dir / run.id / job.id / str(job.attempt)
 
     def selecting(config: RepoConfig, mirror: Path, checkout: Path) -> Selected:
-        decision = plan_reuse(ctx, run, job, config, mirror, checkout).decision
+        plan = plan_reuse(ctx, run, job, config, mirror, checkout)
+        decision = plan.decision
         return Selected({**not_affected_env(decision.not_affected), **affected.changed_files_env(job.suite,
                                                                                                  decision.changed)},
-                        decision.line)
+                        decision.line, reused_whole(ctx.store, job, plan.source, decision.not_affected, plan.changed))
 
     return execute(ctx, run, job, out, job.id, Watch(ctx, job, lease, out), selecting,
                    lambda result, roots, checkout, chosen: _finish(ctx, job, out, result, roots, checkout, chosen))
@@ -141,6 +143,9 @@ def execute(ctx: WorkerContext, run: Run, job: Job, out: Path, name: str, watch:
             assert not isinstance(config, list), "planned jobs have a valid config"
             checkout = ctx.checkout.export(mirror, run.head_sha, work / "src")
             selected = selecting(config, mirror, checkout)
+            if selected.whole is not None:  # nothing it imports changed: its source's tests are its own, unrun
+                append_text(out / "log.txt", f"{selected.note}{selected.whole.line()}")
+                return finish(RunResult(0, 0.0), roots, work / "src", selected)
             spec = _spec(ctx, run, job, config, checkout, out, name, selected.env)
             roots = [str(spec.checkout_dir), spec.env.get("COMPILE_CI_CHECKOUT", ""), *install.source_roots(out)]
             append_text(out / "log.txt", f"{selected.note}$ {' '.join(install.shown(spec.command))}\n")
@@ -248,9 +253,13 @@ def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: l
     write_meta(out, result, ctx.runner.name, outcome, attempt)
     job_finished(job, outcome.conclusion, result, attempt.records)
     ctx.store.replace_results(job.id, job.attempt, attempt.records)
-    if selected.asked_not_affected:  # only what the service left out: the job cannot add to it
-        add_not_affected(ctx.store, job.id, job.attempt, read_selection(out).not_affected)
-    record_fingerprint(ctx.store, job.id, job.attempt, read_fingerprint(out))
+    if selected.whole is not None:  # no runner: every test is the source's, under its fingerprint (reuse_whole.py)
+        add_not_affected(ctx.store, job.id, job.attempt, selected.whole.nodeids)
+        record_fingerprint(ctx.store, job.id, job.attempt, selected.whole.fingerprint)
+    else:
+        if selected.asked_not_affected:  # only what the service left out: the job cannot add to it
+            add_not_affected(ctx.store, job.id, job.attempt, read_selection(out).not_affected)
+        record_fingerprint(ctx.store, job.id, job.attempt, read_fingerprint(out))
     ctx.store.replace_artifacts(job.id, job.attempt, artifact_index(out))
     if lifecycle.complete(ctx.store, job, outcome) is None:
         log.warning("job %s attempt %d: no longer running; its result is kept but not reported", job.id, job.attempt)

@@ -42,6 +42,7 @@ COMPILER_SURFACE = re.compile(
     rb"|torch\.ops|torch\.utils\._|from\s+torch\s+import\s+_|register_(lowering|decomposition|replacement|graph_pattern)"
     rb"|make_fallback|cache_key_tag|os\.environ|sys\.modules|setattr\(\s*torch|builtins")
 MAX_CHANGED = 5000
+IMPORTABLE = (".py", ".pyc", ".pyd", ".so", ".pyi")
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,13 @@ def everything(reason: str, changed: tuple[str, ...] | None = None) -> Decision:
 def _matches(path: str, patterns: Sequence[str]) -> bool:
     name = path.rsplit("/", 1)[-1]
     return any(fnmatch.fnmatchcase(name, p) or fnmatch.fnmatchcase(path, p) for p in patterns)
+
+
+def only_documentation(changed: Sequence[str]) -> bool:
+    """Whether every changed path is documentation (what no test imports, installs or is configured by): a Python
+    file or extension module is never, wherever it sits (`docs/conf.py` can be imported)."""
+    return all(path != CONFIG_FILE and _matches(path, DOCUMENTATION) and not _matches(path, SURFACE_FILES)
+               and not path.endswith(IMPORTABLE) for path in changed)
 
 
 def decide(changed: Sequence[str], head: RepoConfig, source: RepoConfig, index: ModuleIndex,

@@ -58,6 +58,7 @@ class ReusePlan:
     decision: affected.Decision = field(default_factory=affected.Decision)
     source: str = ""  # the job whose results the groups left out carry (it need not exist yet: a run planning)
     source_run: str = ""
+    changed: tuple[str, ...] | None = None  # the paths changed since the source's commit, when they were read
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,8 @@ def _reuse(ctx: Planner, run: Run, job: Job, config: RepoConfig, mirror: Path,
     # The ops sweep aims at what a pull request changed (affected.changed_files_env); other runs sweep their scope.
     decision = replace(plan.decision, not_affected=plan.decision.not_affected if source else (),
                        changed=plan.decision.changed if run.trigger == "pull_request" else None)
-    return inputs, ReusePlan(decision, source, plan.source_run if source else "")
+    return inputs, ReusePlan(decision, source, plan.source_run if source else "",
+                             plan.decision.changed if source else None)
 
 
 def _keys(inputs: Inputs, config: RepoConfig, checkout: Path) -> dict[str, str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from runners.untrusted_files import read_json_data
+from service.planning.reuse_whole import Whole
 from suites.shard_plan import NOT_AFFECTED_ENV, SELECTION_FILE, SHARD_ENV, encode_plan
 
 MAX_SELECTION_BYTES = 16 * 1024 * 1024
@@ -24,6 +25,7 @@ class Selected:
 
     env: dict[str, str] = field(default_factory=dict)
     note: str = ""
+    whole: Whole | None = None  # every test taken from this source job: no runner starts (reuse_whole.py)
 
     @property
     def asked_not_affected(self) -> bool:

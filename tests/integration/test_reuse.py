@@ -242,6 +242,18 @@ def test_a_pull_request_reuses_what_its_change_cannot_reach_naming_the_job_that_
     assert 'id="reused-from"' in test_page and source.id in test_page
     log = client.get(f"/jobs/{job.id}/files/log.txt").get_data(as_text=True)
     assert "their results are reused, not run: (built-in corpus), zoo.resnet:examples" in log
+    # Only documentation changed and the base had ended: no runner started for it (service/planning/reuse_whole.py).
+    assert f"only documentation changed since job {source.id}" in log and "suites.pytest_entry" not in log
+
+    # A Python file that no declared target imports: every test is reused too, but the runner starts, so that the
+    # job's collection and run-time fingerprint are checked (a file nothing imports statically may still run).
+    tool = commit_file(repo, "pr8", "tools/release.py", "print('release')\n", "a tool")
+    open_pr(settings, 8, tool, base)
+    check_run = final(emulator, tool)
+    assert (check_run["conclusion"], check_run["output"]["title"]) == ("success",
+                                                                       "Green — 3 reused from the base (no tests)")
+    log = client.get(f"/jobs/{job_of(settings, check_run).id}/files/log.txt").get_data(as_text=True)
+    assert "suites.pytest_entry" in log and "no runner was started" not in log
 
     # One model changed: its test runs (red); the corpus and the other model are the base's.
     vit = commit_file(repo, "pr2", "zoo/vit.py", 'def examples():\n    return [("vit", "broken")]\n', "break vit")
@@ -334,8 +346,12 @@ def test_a_push_takes_the_previous_pushs_sweep_when_nothing_it_depends_on_change
 
     docs_again = commit_file(repo, "main", "README.md", "# zoo\n\nmore still\n", "docs")  # a chain: the first ran it
     push(settings, docs_again, docs)
-    assert set(results(settings, job_of(settings, final(emulator, docs_again))).values()) == {
-        ("passed", True, sweep.id)}
+    again = job_of(settings, final(emulator, docs_again))
+    assert set(results(settings, again).values()) == {("passed", True, sweep.id)}
+    client = create_app(settings).test_client()
+    for ran_none in (job, again):  # neither started a runner: only documentation changed since its source
+        log = client.get(f"/jobs/{ran_none.id}/files/log.txt").get_data(as_text=True)
+        assert "no runner was started" in log and "suites.pytest_entry" not in log
 
     patched = commit_file(repo, "main", "zoo/patches.py", "import torch._inductor.lowering  # v2\n", "patch")
     push(settings, patched, docs_again)
@@ -393,6 +409,38 @@ def test_the_verdict_is_the_same_whichever_job_finishes_first(
     assert results(settings, job_of(settings, check_run)) == {
         "test_declared_model[resnet]": ("passed", True, base_job.id),
         "test_declared_model[vit]": ("failed", False, ""), "test_builtin_corpus": ("passed", True, base_job.id)}
+
+
+def test_a_documentation_change_has_the_same_verdict_whether_its_base_had_ended_or_not(
+    settings: Settings, tmp_path: Path, gates: Path, worker: None, emulator: GitHubEmulator
+) -> None:
+    """Both orders: while the base job runs, the pull request's job starts its runner (the source's tests are not
+    known yet); once it has ended, the next one takes them without a runner. The same check run either way."""
+    repo = make_repo(tmp_path, gate="base")  # every job of this commit's code waits until the test opens the gate
+    base = head_of(repo)
+    push(settings, base, "0" * 40)
+    early = commit_file(repo, "pr1", "README.md", "# zoo\n\nearly\n", "docs")
+    open_pr(settings, 1, early, base)
+    store = Store(settings.database_url)
+    await_until(lambda: any(r["status"] == "in_progress" for r in emulator.check_runs(FULL_NAME)
+                            if r["head_sha"] == early))
+    assert push_job(settings, base).state != "completed"
+    (gates / "base").touch()
+    first = final(emulator, early)
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "-B", "pr2", base], check=True)
+    late = commit_file(repo, "pr2", "README.md", "# zoo\n\nlate\n", "docs")
+    open_pr(settings, 2, late, base)
+    second = final(emulator, late)
+    source = push_job(settings, base)
+    client = create_app(settings).test_client()
+    logs = [client.get(f"/jobs/{job_of(settings, c).id}/files/log.txt").get_data(as_text=True)
+            for c in (first, second)]
+    assert "suites.pytest_entry" in logs[0] and "no runner was started" in logs[1]
+    assert [(c["conclusion"], c["output"]["title"]) for c in (first, second)] == [
+        ("success", "Green — 3 reused from the base (no tests)")] * 2
+    assert results(settings, job_of(settings, first)) == results(settings, job_of(settings, second))
+    assert set(results(settings, job_of(settings, second)).values()) == {("passed", True, source.id)}
+    assert store.get_job(source.id).conclusion == "success"
 
 
 def base_done(store: Store, head_sha: str) -> bool:
