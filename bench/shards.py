@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import datetime
 import importlib.metadata
 import json
 import os
@@ -147,15 +148,24 @@ def run_wall(jobs: list[Job]) -> float:
     return (max(ends) - min(starts)).total_seconds() if starts and ends else 0.0
 
 
-def job_figures(zoo: Zoo, job: Job) -> dict[str, object]:
+def _offset(when: datetime.datetime | None, t0: datetime.datetime | None) -> float | None:
+    return round((when - t0).total_seconds(), 2) if when is not None and t0 is not None else None
+
+
+def job_figures(zoo: Zoo, job: Job, t0: datetime.datetime | None = None) -> dict[str, object]:
+    """`t0`: the run's first start; each shard's (or the whole job's) start and end are given from it, and each
+    test's own time with the shard that ran it, in the order they ran (where the slots' time went)."""
     results = [r for r in zoo.store.results_of(job.id, job.attempt) if not r.not_affected]
     shards = []
     for shard in shards_of(zoo.store, job.id, job.attempt):
         tests = [r for r in results if r.shard == shard.index]
         busy = sum(r.duration_s for r in tests)
         shards.append({"wall_s": shard.duration_s or 0.0, "tests": len(tests), "tests_s": busy,
-                       "overhead_s": (shard.duration_s or 0.0) - busy})
+                       "overhead_s": (shard.duration_s or 0.0) - busy, "start_s": _offset(shard.started_at, t0),
+                       "end_s": _offset(shard.finished_at, t0)})
     return {"suite": job.suite, "conclusion": job.conclusion, "title": job.title, "wall_s": job.duration_s or 0.0,
+            "start_s": _offset(job.started_at, t0), "end_s": _offset(job.finished_at, t0),
+            "each_test": [[r.nodeid, r.shard, round(r.duration_s, 3)] for r in results],
             "tests_run": len(results), "tests_s": sum(r.duration_s for r in results), "passed": job.passed,
             "failed": job.failed, "not_affected": len(zoo.store.results_of(job.id, job.attempt)) - len(results),
             "shards": shards, "detail": job.detail[:600] if job.conclusion != "success" else "",
@@ -164,7 +174,8 @@ def job_figures(zoo: Zoo, job: Job) -> dict[str, object]:
 
 
 def describe(zoo: Zoo, jobs: list[Job]) -> tuple[str, dict[str, object]]:
-    figures = {"wall_s": run_wall(jobs), "jobs": [job_figures(zoo, job) for job in jobs]}
+    t0 = min((j.started_at for j in jobs if j.started_at is not None), default=None)
+    figures = {"wall_s": run_wall(jobs), "jobs": [job_figures(zoo, job, t0) for job in jobs]}
     line = f"run wall {figures['wall_s']:.1f} s"
     for job in figures["jobs"]:  # type: ignore[attr-defined]
         line += (f"\n  {job['suite']}: job wall {job['wall_s']:.1f} s, {job['tests_run']} tests run, "
