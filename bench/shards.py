@@ -65,8 +65,10 @@ from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.deliveries import pull_request_event, push_event, signed
 from service.devkit.sandbox.sample_repo import commit_file
 from service.devkit.sandbox.stack import INSTALLATION_ID
+from service.jobs import lifecycle
+from service.jobs.lifecycle import Conclusion, Outcome
 from service.jobs.tasks import create_worker_celery, wait_prepared
-from service.store import Job, Store
+from service.store import Job, NewRun, Store, TestRecord
 from service.store.shards import shards_of
 from service.web.app import create_app
 
@@ -192,6 +194,29 @@ def describe(zoo: Zoo, jobs: list[Job]) -> tuple[str, dict[str, object]]:
     return line, figures
 
 
+def seed_durations(zoo: Zoo, path: Path, slots: int, device: str) -> int:
+    """An earlier run's per-test times (shards.json's `each_test`) as a finished push of this repository, one
+    completed job per suite: what the planner splits the next push by."""
+    data = json.loads(path.read_text())
+    run_data = next(r for r in data["runs"] if r["workers"] == slots and r["kind"].startswith("push"))
+    made, _ = zoo.store.create_run_if_absent(NewRun(
+        repo_full_name=FULL_NAME, repo_id=4200, installation_id=INSTALLATION_ID,
+        clone_url=f"https://github.com/{FULL_NAME}.git", private=False, trigger="push",
+        trigger_ref=f"push/seeded-{uuid.uuid4().hex[:8]}", pr_number=None, branch="main", head_sha="5" * 40,
+        sender="bench"))
+    zoo.store.add_jobs_if_absent([lifecycle.new_job(made, j["suite"], device, 3600) for j in run_data["jobs"]])
+    count = 0
+    for figures, job in zip(sorted(run_data["jobs"], key=lambda j: j["suite"]),
+                            sorted(zoo.store.jobs_of(made.id), key=lambda j: j.suite), strict=True):
+        started = lifecycle.start(zoo.store, job.id, "seeded")
+        assert started is not None
+        zoo.store.replace_results(job.id, started.attempt, [TestRecord(nodeid, "passed", float(seconds))
+                                                            for nodeid, _shard, seconds in figures["each_test"]])
+        lifecycle.complete(zoo.store, started, Outcome(Conclusion.SUCCESS, "seeded"))
+        count += len(figures["each_test"])
+    return count
+
+
 def versions() -> dict[str, str]:
     found = {}
     for name in ("torch", "torchvision", "timm", "transformers", "triton", "pytest"):
@@ -226,6 +251,11 @@ def main() -> int:
     parser.add_argument("--shared-cpus", dest="own_cpus", action="store_false",
                         help="every slot's job on all of the host's CPUs (before 2026-11-29) instead of its own part")
     parser.add_argument("--out", type=Path, default=None, help="a directory for shards.json")
+    parser.add_argument("--durations-from", type=Path, default=None, metavar="SHARDS_JSON",
+                        help="record each test's time from the first run of this many slots (`--durations-slots`) "
+                             "in an earlier shards.json as a finished push, before the first measured push: its "
+                             "split without measuring that run again")
+    parser.add_argument("--durations-slots", type=int, default=1)
     args = parser.parse_args()
     suites = list(SIX) if args.suite == "all" else args.suite.split(",")
     declared = (declared_repository(args.targets, suites, args.device, args.installed) if args.targets
@@ -247,6 +277,11 @@ def main() -> int:
         commit_file(repo, "main", declared.patches, PATCH.format("v1"), "patches")
         commit_file(repo, "main", ".compile-ci.toml", declared.config, "declare the zoo")
         zoo = Zoo(settings, emulator, repo)
+        if args.durations_from is not None:
+            seeded = seed_durations(zoo, args.durations_from, args.durations_slots, args.device)
+            report["durations_from"] = {"file": str(args.durations_from), "slots": args.durations_slots,
+                                        "tests": seeded}
+            print(f"recorded {seeded} tests' times from {args.durations_from} ({args.durations_slots} slot run)")
         measure(args, zoo, settings, declared, report)
         assert emulator.errors == [], emulator.errors
     if args.out is not None:
