@@ -196,10 +196,15 @@ def main() -> int:
         measure(args, zoo, settings, declared, report)
         assert emulator.errors == [], emulator.errors
     if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "shards.json").write_text(json.dumps(report, indent=2, default=str))
+        write_report(args.out, report)
         print(f"wrote {args.out / 'shards.json'}")
     return 0
+
+
+def write_report(out: Path | None, report: dict[str, object]) -> None:
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "shards.json").write_text(json.dumps(report, indent=2, default=str))
 
 
 def measure(args: argparse.Namespace, zoo: Zoo, settings: Settings, declared: Repository,
@@ -210,6 +215,7 @@ def measure(args: argparse.Namespace, zoo: Zoo, settings: Settings, declared: Re
         line, figures = describe(zoo, jobs)
         runs.append({"kind": kind, "workers": workers, **figures})
         print(f"{kind}, {workers} {args.device} worker slot(s): {line}", flush=True)
+        write_report(args.out, report)  # as each run ends: a later failure keeps what was measured
         return float(figures["wall_s"])  # type: ignore[arg-type]
 
     slots = [int(w) for w in args.workers.split(",")]
@@ -219,7 +225,7 @@ def measure(args: argparse.Namespace, zoo: Zoo, settings: Settings, declared: Re
                 record("warm-up push (fills the compile cache, records durations)", args.warm_up_slots,
                        zoo.push(one, "warm-up"))
         walls = {}
-        for count in slots:
+        for nth, count in enumerate(slots):
             if phase == "cold":  # every slot count starts from the repository's empty compile cache
                 for entry in (settings.cache_dir.iterdir() if settings.cache_dir.is_dir() else ()):
                     if args.wipe_host_seed or entry.name != ".seeds":  # the host's, made once (runners/header_seed)
@@ -230,7 +236,7 @@ def measure(args: argparse.Namespace, zoo: Zoo, settings: Settings, declared: Re
                 with worker(settings, count, args.device, args.own_cpus) as sized:
                     record(f"warm-up push for {count} slots (unmeasured)", count, zoo.push(sized, f"warm {count}"))
             with worker(settings, count, args.device, args.own_cpus) as sized:
-                walls[count] = record(f"push, {phase}", count, zoo.push(sized, f"{phase} on {count} workers"))
+                walls[count] = record(f"push, {phase}", count, zoo.push(sized, f"{phase} on {count} workers ({nth})"))
         first = walls[slots[0]]
         ratios = {count: wall / first for count, wall in walls.items()}
         report[f"{phase} ratio to {slots[0]} slot(s)"] = ratios

@@ -13,7 +13,7 @@ from service.store.shards import recorded_tests
 from service.torch_versions import queue_for
 
 
-def shard_count(max_shards: int, slots: int, durations: Mapping[str, float], min_seconds: float) -> int:
+def shard_count(max_shards: int, slots: int, durations: Mapping[str, float], min_seconds: int) -> int:
     """One shard per live slot up to the cap; with history, no more shards than tests, nor than one per
     `min_seconds` of recorded test time (a shard's start costs a pytest, a torch import and a collection)."""
     count = min(max_shards, slots)
@@ -29,24 +29,6 @@ def reachable(recorded: Mapping[str, tuple[float, tuple[str, ...]]], left: Colle
     whose groups were not recorded counts)."""
     return {nodeid: seconds for nodeid, (seconds, groups) in recorded.items()
             if not (left and groups and set(groups) <= set(left))}
-
-
-def push_min_seconds(ctx: WorkerContext, run: Run, job: Job, slots: int) -> float:
-    """A push runs every job of its run whole, so its work is known from the records: the recorded seconds of every
-    job of the run on this job's queue. Its shards are cut no smaller than half a slot's share of that (nor than
-    COMPILE_CI_SHARD_MIN_SECONDS): when the push alone fills every slot, more pieces only add starts (a pytest, an
-    import, a collection and the first compile, again in each), while at least two pieces a slot still let the queue
-    even the slots out. Other runs reuse what their change cannot reach, so their jobs' work is not known here."""
-    floor = float(ctx.settings.shard_min_seconds)
-    if run.trigger != "push" or floor <= 0:
-        return floor
-    load = 0.0
-    for other in ctx.store.jobs_of(run.id):
-        if other.device == job.device and other.torch == job.torch and other.suite != APPROVAL_SUITE \
-                and job_queue(other.suite, other.device) == other.device:
-            load += sum(seconds for seconds, _groups in
-                        recorded_tests(ctx.store, run.repo_full_name, other.suite, other.device).values())
-    return max(floor, load / (2 * slots))
 
 
 def plan_for(ctx: WorkerContext, run: Run, job: Job,
@@ -65,11 +47,10 @@ def plan_for(ctx: WorkerContext, run: Run, job: Job,
         return 1, {}  # one worker slot: one shard, exactly as before sharding existed
     recorded = recorded_tests(ctx.store, run.repo_full_name, job.suite, job.device)
     durations = reachable(recorded, ())
-    least = push_min_seconds(ctx, run, job, slots) if recorded else ctx.settings.shard_min_seconds
-    count = shard_count(ctx.settings.max_shards, slots, durations, least)
+    count = shard_count(ctx.settings.max_shards, slots, durations, ctx.settings.shard_min_seconds)
     if count <= 1 or not recorded or not_affected is None:
         return count, durations  # leaving tests out could only lower a count of one: the change is not read
     durations = reachable(recorded, not_affected())
     if not durations:
         return 1, {}  # every recorded test is left to the source job: nothing worth a second shard
-    return shard_count(ctx.settings.max_shards, slots, durations, least), durations
+    return shard_count(ctx.settings.max_shards, slots, durations, ctx.settings.shard_min_seconds), durations
