@@ -12,6 +12,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from runners.compile_cache import CacheScope, trust_class
@@ -250,6 +251,8 @@ def _finish(ctx: WorkerContext, job: Job, out: Path, result: RunResult, roots: l
     outcome = install.judged(out, result, attempt) or judge(
         result, attempt, current.detail if current is not None and current.cancel_requested else "",
         ctx.settings.output_mb)
+    if selected.whole is not None:
+        outcome = replace(outcome, torch_version=selected.whole.torch_version)
     write_meta(out, result, ctx.runner.name, outcome, attempt)
     job_finished(job, outcome.conclusion, result, attempt.records)
     ctx.store.replace_results(job.id, job.attempt, attempt.records)

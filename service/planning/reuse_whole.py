@@ -40,6 +40,7 @@ class Whole:
     source: str
     nodeids: tuple[str, ...]
     fingerprint: str
+    torch_version: str = ""  # the source's: the same runner build, so the torch this job would have imported
 
     def line(self) -> str:
         return (f"compile-ci: only documentation changed since job {self.source}, and every one of its "
@@ -75,4 +76,4 @@ def reused_whole(store: Store, job: Job, source_id: str, left: Collection[str],
         said = groups_of(row.metrics)
         if not said or not said <= groups or row.outcome == NOT_RUN:
             return None
-    return Whole(source.id, tuple(row.nodeid for row in rows), theirs.fingerprint)
+    return Whole(source.id, tuple(row.nodeid for row in rows), theirs.fingerprint, source.torch_version or "")

@@ -439,6 +439,7 @@ def test_a_documentation_change_has_the_same_verdict_whether_its_base_had_ended_
     assert [(c["conclusion"], c["output"]["title"]) for c in (first, second)] == [
         ("success", "Green — 3 reused from the base (no tests)")] * 2
     assert results(settings, job_of(settings, first)) == results(settings, job_of(settings, second))
+    assert job_of(settings, second).torch_version == job_of(settings, first).torch_version != ""  # the table's
     assert set(results(settings, job_of(settings, second)).values()) == {("passed", True, source.id)}
     assert store.get_job(source.id).conclusion == "success"
 
