@@ -9,7 +9,8 @@ its own event loop) and LocalRunner, with the built-in suite:
 
 1. an unmeasured push that fills the trusted compile cache and records each test's duration;
 2. for W in --workers: a push of a new commit on W cpu worker slots (COMPILE_CI_MAX_SHARDS=W, no minimum seconds
-   per shard unless `--push-min-seconds` says otherwise): the job's wall time, its shards' own times and each
+   per shard unless `--push-min-seconds` says otherwise; with recorded times, its counts are planned for the whole
+   run, each shard's start taken as `--push-start-seconds`): the job's wall time, its shards' own times and each
    shard's overhead (its wall time minus the time of the tests it ran: a pytest, a torch import, the collection,
    the plugin);
 3. two pull requests on the last count of worker slots, against the last push: one that changes one model's module
@@ -156,6 +157,9 @@ def main() -> int:
     parser.add_argument("--push-min-seconds", type=int, default=0,
                         help="COMPILE_CI_SHARD_MIN_SECONDS of the pushes (default 0: one shard per slot, which shows "
                              "sharding itself; the deployment's default, 30, is what a user's push gets)")
+    parser.add_argument("--push-start-seconds", type=int, default=Settings.shard_start_seconds,
+                        help="COMPILE_CI_SHARD_START_SECONDS: one shard's start, as a push's run plans its counts "
+                             "(service/jobs/run_plan.py; default: the deployment's)")
     parser.add_argument("--wipe-host-seed", action="store_true",
                         help="cold: the host's precompiled-header seed too (as before 2026-11-29: a host's first push)")
     parser.add_argument("--warm-up-slots", type=int, default=1, help="worker slots of the warm phase's warm-up push")
@@ -179,7 +183,8 @@ def main() -> int:
     root = Path(tempfile.mkdtemp(prefix="compile-ci-bench-shards-"))
     with private_stack(root, FULL_NAME, INSTALLATION_ID) as (redis_url, emulator, private_key):
         base = settings_for(root, redis_url, emulator.url, private_key)
-        settings = dataclasses.replace(base, shard_min_seconds=args.push_min_seconds, devices=(args.device,))
+        settings = dataclasses.replace(base, shard_min_seconds=args.push_min_seconds,
+                                       shard_start_seconds=args.push_start_seconds, devices=(args.device,))
         repo = root / "repos" / FULL_NAME
         repo.mkdir(parents=True)
         subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)

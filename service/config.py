@@ -62,8 +62,7 @@ class Settings:
     # its imports, before it came (runners/docker_prestart.py; about 0.5 GB per slot while one waits).
     warm_start: bool = True
     prestart: bool = True
-    # How many jobs this worker runs at once, each on its own part of its CPUs (runners/cpu_shares.py), and those
-    # CPUs (empty: the ones the worker may run on).
+    # Jobs at once, each on its own part of these CPUs (empty: the worker's own; runners/cpu_shares.py).
     job_slots: int = 1
     cpus: tuple[int, ...] = ()
     runner_image_cpu: str = "compile-ci/runner-cpu:latest"
@@ -80,6 +79,7 @@ class Settings:
     # `shard_min_seconds` of its recorded test time (service/jobs/shard_plan.py); 1: never sharded.
     max_shards: int = 4
     shard_min_seconds: int = 30
+    shard_start_seconds: int = 8  # one shard's start, as a push's run plans its counts (service/jobs/run_plan.py)
     # Names this deployment's job containers (a label), so a worker sweeps only its own deployment's leftovers on
     # an engine that others share. Default: derived from the database URL (hashed: it may hold a password).
     deployment: str = "default"
@@ -274,6 +274,7 @@ def _build(env: Mapping[str, str]) -> Settings:
         max_job_minutes=_int(env, "MAX_JOB_MINUTES", 60, problems),
         max_shards=_int(env, "MAX_SHARDS", 4, problems),
         shard_min_seconds=_int(env, "SHARD_MIN_SECONDS", 30, problems, minimum=0),
+        shard_start_seconds=_int(env, "SHARD_START_SECONDS", 8, problems, minimum=0),
         deployment=_get(env, "DEPLOYMENT") or hashlib.sha256(database_url.encode()).hexdigest()[:12],
         pip_index_url=next(iter(_index_urls(env, "PIP_INDEX_URL", problems)), ""),
         pip_extra_index_urls=_index_urls(env, "PIP_EXTRA_INDEX_URLS", problems),

@@ -1,11 +1,13 @@
 """How many shards a job runs as: the live worker slots of its device (the same broadcast the planner asks), capped
-by COMPILE_CI_MAX_SHARDS, by its number of tests and by what its recorded test time is worth."""
+by COMPILE_CI_MAX_SHARDS, by its number of tests and by what its recorded test time is worth; a push's, chosen for
+its whole run (service/jobs/run_plan.py)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping
 
+from service.jobs import run_plan
 from service.jobs.context import WorkerContext
 from service.planning.plan import job_queue
 from service.store import APPROVAL_SUITE, Job, Run
@@ -31,6 +33,29 @@ def reachable(recorded: Mapping[str, tuple[float, tuple[str, ...]]], left: Colle
             if not (left and groups and set(groups) <= set(left))}
 
 
+def push_count(ctx: WorkerContext, run: Run, job: Job, slots: int) -> int | None:
+    """A push's count for `job`, from the plan of every job of its run on the same queue (they run every test, so
+    their work is the records'); None where a job of them has no record (its work is unknown: the per-job rule)."""
+    work: list[run_plan.Work] = []
+    mine = None
+    for other in ctx.store.jobs_of(run.id):
+        if other.device != job.device or other.torch != job.torch or other.suite == APPROVAL_SUITE \
+                or job_queue(other.suite, other.device) != other.device:
+            continue
+        durations = reachable(recorded_tests(ctx.store, run.repo_full_name, other.suite, other.device), ())
+        if not durations:
+            return None
+        mine = len(work) if other.id == job.id else mine
+        work.append(run_plan.Work(other.suite, durations))
+    if mine is None:
+        return None
+    settings = ctx.settings
+    rule = [shard_count(settings.max_shards, slots, w.durations, settings.shard_min_seconds) for w in work]
+    counts = run_plan.choose(work, slots, settings.max_shards, settings.shard_min_seconds,
+                             settings.shard_start_seconds, rule)
+    return counts[mine]
+
+
 def plan_for(ctx: WorkerContext, run: Run, job: Job,
              not_affected: Callable[[], Collection[str]] | None = None) -> tuple[int, dict[str, float]]:
     """The shard count and the recorded durations it was made from ({} for a job that runs whole). `not_affected`:
@@ -48,9 +73,12 @@ def plan_for(ctx: WorkerContext, run: Run, job: Job,
     recorded = recorded_tests(ctx.store, run.repo_full_name, job.suite, job.device)
     durations = reachable(recorded, ())
     count = shard_count(ctx.settings.max_shards, slots, durations, ctx.settings.shard_min_seconds)
+    planned = push_count(ctx, run, job, slots) if run.trigger == "push" and count > 1 else None
+    count = count if planned is None else planned
     if count <= 1 or not recorded or not_affected is None:
         return count, durations  # leaving tests out could only lower a count of one: the change is not read
     durations = reachable(recorded, not_affected())
     if not durations:
         return 1, {}  # every recorded test is left to the source job: nothing worth a second shard
-    return shard_count(ctx.settings.max_shards, slots, durations, ctx.settings.shard_min_seconds), durations
+    # A push that leaves tests to its source has less work than its plan counted: the rule for what is left caps it.
+    return min(count, shard_count(ctx.settings.max_shards, slots, durations, ctx.settings.shard_min_seconds)), durations
