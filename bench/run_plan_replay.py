@@ -1,0 +1,98 @@
+"""How a push's shard counts fare on recorded GPU runs: `bench/shards.py` records replayed through the run plan.
+
+A four-slot push on the GPU host costs about 3 minutes of device time and its one-slot pair 7, so a cut is measured
+once and compared by replay. For each phase of a `shards.json` that has a one-slot and a four-slot push (same
+machine), this prints the measured walls and ratio, then for each way of choosing the counts:
+
+- the per-job rule (one shard per 30 s of recorded time, up to a slot each: `service/jobs/shard_plan.py`);
+- the run plan (`service/jobs/run_plan.py`) from the one-slot push's records, as the four-slot push was planned;
+- the run plan from the four-slot push's own per-test times: a deployment whose records come from its own slots;
+- the best counts of all (up to four a job), found by trying every one;
+
+its counts and its replayed end. The replay: each job cut as its plugin cuts (`suites/shard_plan.py` split by the
+one-slot records, a test's model group approximated by its parameter id's first part), each piece taking 8 s to start
+and its tests' times as the four-slot push measured them, the queue as `run_plan.makespan` simulates it. The replay
+of the cut the push ran, against its measured wall, is printed as the model's bias; "corrected" subtracts it.
+
+Run from the repository root: `python -m bench.run_plan_replay [SHARDS_JSON ...]` (default: the run-plan records in
+bench/records/).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import sys
+from pathlib import Path
+
+from service.jobs.run_plan import Work, choose, makespan
+from service.jobs.shard_plan import shard_count
+from suites.shard_plan import split
+
+ROOT = Path(__file__).resolve().parents[1]
+START_S = 8.0
+SLOTS = 4
+
+
+def group(nodeid: str) -> str:
+    match = re.search(r"\[(.*)\]$", nodeid)
+    return match.group(1).split("-")[0] if match else ""
+
+
+def times(run: dict) -> dict[str, dict[str, float]]:
+    return {job["suite"]: {nodeid: float(seconds) for nodeid, _shard, seconds in job["each_test"]}
+            for job in run["jobs"]}
+
+
+def replay(names: list[str], records: dict[str, dict[str, float]], four: dict[str, dict[str, float]],
+           counts: tuple[int, ...]) -> float:
+    jobs = []
+    for name, count in zip(names, counts, strict=True):
+        nodeids = sorted(records[name])
+        keys = [group(n) for n in nodeids]
+        shard_of = split(nodeids, records[name], count, keys) if count > 1 else [0] * len(nodeids)
+        pieces: dict[int, float] = {}
+        for nodeid, shard in zip(nodeids, shard_of, strict=True):
+            pieces[shard] = pieces.get(shard, 0.0) + four[name].get(nodeid, records[name][nodeid])
+        jobs.append(list(pieces.values()))
+    return makespan(jobs, SLOTS, START_S)
+
+
+def pairs(report: dict) -> list[tuple[str, dict, dict]]:
+    found = []
+    for phase in ("cold", "warm"):
+        one = [r for r in report["runs"] if r["kind"] == f"push, {phase}" and r["workers"] == 1]
+        four = [r for r in report["runs"] if r["kind"] == f"push, {phase}" and r["workers"] == SLOTS]
+        if one and four:
+            found.append((phase, one[0], four[0]))
+    return found
+
+
+def main(paths: list[Path]) -> int:
+    for path in paths:
+        for phase, one, four in pairs(json.loads(path.read_text())):
+            names = [job["suite"] for job in one["jobs"]]
+            records, measured = times(one), times(four)
+            ran = tuple(len(job["shards"]) if job.get("shards") else 1 for job in four["jobs"])
+            bias = replay(names, records, measured, ran) - four["wall_s"]
+            print(f"{path.name}, {phase}: one slot {one['wall_s']:.1f} s, four slots {four['wall_s']:.1f} s "
+                  f"({four['wall_s'] / one['wall_s']:.3f} x) as {ran}; the replay of that cut is {bias:+.1f} s off")
+            print(f"  suites {', '.join(names)}")
+            rule = tuple(shard_count(SLOTS, SLOTS, records[n], 30) for n in names)
+            planned = tuple(choose([Work(n, records[n]) for n in names], SLOTS, SLOTS, 30, START_S, list(rule)))
+            own = tuple(choose([Work(n, measured[n]) for n in names], SLOTS, SLOTS, 30, START_S,
+                               [shard_count(SLOTS, SLOTS, measured[n], 30) for n in names]))
+            best = min(itertools.product(range(1, SLOTS + 1), repeat=len(names)),
+                       key=lambda c: (round(replay(names, records, measured, c), 6), sum(c), c))
+            for label, counts in (("per-job rule", rule), ("run plan, one-slot records", planned),
+                                  ("run plan, four-slot records", own), ("best of all counts", best)):
+                end = replay(names, records, measured, counts)
+                print(f"  {label:28} {str(counts):20} {sum(counts):2} pieces  replayed {end:6.1f} s  corrected "
+                      f"{end - bias:6.1f} s  {(end - bias) / one['wall_s']:.3f} x")
+    return 0
+
+
+if __name__ == "__main__":
+    given = [Path(p) for p in sys.argv[1:]]
+    raise SystemExit(main(given or sorted((ROOT / "bench" / "records").glob("h200-models-repo-run-plan-*.json"))))
