@@ -3,6 +3,7 @@ results are reused, and the recorded durations a split is made from."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 from sqlalchemy import delete, select
@@ -12,6 +13,7 @@ from service.store.store import Store
 
 NOT_RUN = "not_run"  # the outcome of a reused test until its source job has a result for it (service/store/reuse.py)
 HISTORY_JOBS = 6  # the newest finished jobs of a suite and device whose durations a split is made from
+MAX_TEST_SECONDS = 86_400.0  # a recorded duration above a day, or not a number, is read as this / as 0
 
 
 def add_shards_if_absent(store: Store, shards: Iterable[Shard]) -> None:
@@ -108,5 +110,15 @@ def recorded_tests(store: Store, repo: str, suite: str, device: str) -> dict[str
             for nodeid, seconds, metrics in rows:
                 said = (metrics or {}).get("targets") if isinstance(metrics, dict) else None
                 groups = tuple(g for g in said if isinstance(g, str)) if isinstance(said, list) else ()
-                found.setdefault(nodeid, (max(0.0, float(seconds or 0.0)), groups))
+                found.setdefault(nodeid, (_bounded(seconds), groups))
     return found
+
+
+def _bounded(seconds: object) -> float:
+    """A stored duration as a planner may add it up: finite, from 0 to MAX_TEST_SECONDS (job output, stored by any
+    version: an infinite or huge one would overflow a shard count's arithmetic)."""
+    try:
+        value = float(seconds or 0.0)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 0.0
+    return min(value, MAX_TEST_SECONDS) if math.isfinite(value) and value > 0 else 0.0

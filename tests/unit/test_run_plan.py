@@ -147,3 +147,29 @@ def test_a_push_takes_its_count_from_its_runs_plan_and_a_pull_request_from_its_o
                    + [lifecycle.new_job(run, "ops", "cpu", 60)], None)
     counts = {job.suite: plan_for(ctx, run, job)[0] for job in store.jobs_of(run.id)}
     assert [counts[w.name] for w in work] == rule and counts["ops"] == 4
+
+
+def test_a_jobs_infinite_or_huge_durations_cannot_break_the_next_pushs_plan(tmp_path: Path) -> None:
+    """Trust boundary: a job's durations are its output (its junit.xml, or its tests' metrics.json when it dies
+    first), stored and read back for the next push's plan. JSON's Infinity and NaN never become a time (the untrusted
+    reader refuses those files, and a number beyond its bound reads as none); junit's `time="1e308"` is finite and was
+    stored as it was: fifty of them added up to infinity, and a shard count's arithmetic raised. The store's read for
+    planning bounds each duration, and the plan still counts shards within the slots."""
+    from service.jobs.outcome import partial_records
+
+    out = tmp_path / "attempt"
+    for i, raw in enumerate(("Infinity", "NaN", "-Infinity", "1e308", "2.5")):
+        (out / "tests" / f"t{i}").mkdir(parents=True)
+        (out / "tests" / f"t{i}" / "metrics.json").write_text(
+            f'{{"nodeid": "t::{i}", "outcome": "passed", "duration_s": {raw}}}')
+    assert [(r.nodeid, r.duration_s) for r in partial_records(out)] == [("t::3", 0.0), ("t::4", 2.5)]
+    store = Store(f"sqlite:///{tmp_path / 'ci.db'}")
+    # As junit.xml's times are stored (finite, unbounded), and one no reader should have let through (infinity).
+    hostile = [Work("correctness", {"t::inf": float("inf"), "t::huge": 1e308, "t::big": 1e300, "t::ok": 5.0}),
+               Work("fusion", {f"t::{i}": 1e308 for i in range(50)})]
+    _record(store, hostile)
+    ctx = _context(tmp_path, store)
+    run = _run(store, "push", "e")
+    lifecycle.plan(store, run, [lifecycle.new_job(run, w.name, "cpu", 60) for w in hostile], None)
+    counts = {job.suite: plan_for(ctx, run, job)[0] for job in store.jobs_of(run.id)}
+    assert all(1 <= count <= 4 for count in counts.values()), counts
