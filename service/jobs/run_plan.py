@@ -39,11 +39,14 @@ class Work:
     durations: Mapping[str, float]
 
 
-def most_shards(durations: Mapping[str, float], slots: int, max_shards: int, min_seconds: float) -> int:
-    """The per-job bound: a slot each up to the cap, no more than its tests, nor than one per `min_seconds`."""
-    count = min(max_shards, slots, max(1, len(durations)))
-    if min_seconds > 0:
-        count = min(count, max(1, math.ceil(sum(durations.values()) / min_seconds)))
+def shard_count(max_shards: int, slots: int, durations: Mapping[str, float], min_seconds: float) -> int:
+    """The per-job rule: one shard per live slot up to the cap; with history, no more shards than tests, nor than one
+    per `min_seconds` of recorded test time (a shard's start costs a pytest, a torch import and a collection)."""
+    count = min(max_shards, slots)
+    if durations:
+        count = min(count, len(durations))
+        if min_seconds > 0:
+            count = min(count, max(1, math.ceil(sum(durations.values()) / min_seconds)))
     return max(1, count)
 
 
@@ -81,7 +84,7 @@ def makespan(jobs: Sequence[Sequence[float]], slots: int, start_s: float) -> flo
 def choose(work: Sequence[Work], slots: int, max_shards: int, min_seconds: float, start_s: float,
            first: Sequence[int] | None = None) -> list[int]:
     """Each job's shard count (see the module's docstring); `first`: the per-job rule's counts, where to start."""
-    bounds = [most_shards(w.durations, slots, max_shards, min_seconds) for w in work]
+    bounds = [shard_count(max_shards, slots, w.durations, min_seconds) for w in work]
     loads: dict[tuple[int, int], list[float]] = {}
 
     def pieces(index: int, count: int) -> list[float]:

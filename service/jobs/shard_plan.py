@@ -4,26 +4,14 @@ its whole run (service/jobs/run_plan.py)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Collection, Mapping
 
-from service.jobs import run_plan
 from service.jobs.context import WorkerContext
+from service.jobs.run_plan import Work, choose, shard_count
 from service.planning.plan import job_queue
 from service.store import APPROVAL_SUITE, Job, Run
 from service.store.shards import recorded_tests
 from service.torch_versions import queue_for
-
-
-def shard_count(max_shards: int, slots: int, durations: Mapping[str, float], min_seconds: int) -> int:
-    """One shard per live slot up to the cap; with history, no more shards than tests, nor than one per
-    `min_seconds` of recorded test time (a shard's start costs a pytest, a torch import and a collection)."""
-    count = min(max_shards, slots)
-    if durations:
-        count = min(count, len(durations))
-        if min_seconds > 0:
-            count = min(count, max(1, math.ceil(sum(durations.values()) / min_seconds)))
-    return max(1, count)
 
 
 def reachable(recorded: Mapping[str, tuple[float, tuple[str, ...]]], left: Collection[str]) -> dict[str, float]:
@@ -36,7 +24,7 @@ def reachable(recorded: Mapping[str, tuple[float, tuple[str, ...]]], left: Colle
 def push_count(ctx: WorkerContext, run: Run, job: Job, slots: int) -> int | None:
     """A push's count for `job`, from the plan of every job of its run on the same queue (they run every test, so
     their work is the records'); None where a job of them has no record (its work is unknown: the per-job rule)."""
-    work: list[run_plan.Work] = []
+    work: list[Work] = []
     mine = None
     for other in ctx.store.jobs_of(run.id):
         if other.device != job.device or other.torch != job.torch or other.suite == APPROVAL_SUITE \
@@ -46,12 +34,12 @@ def push_count(ctx: WorkerContext, run: Run, job: Job, slots: int) -> int | None
         if not durations:
             return None
         mine = len(work) if other.id == job.id else mine
-        work.append(run_plan.Work(other.suite, durations))
+        work.append(Work(other.suite, durations))
     if mine is None:
         return None
     settings = ctx.settings
     rule = [shard_count(settings.max_shards, slots, w.durations, settings.shard_min_seconds) for w in work]
-    counts = run_plan.choose(work, slots, settings.max_shards, settings.shard_min_seconds,
+    counts = choose(work, slots, settings.max_shards, settings.shard_min_seconds,
                              settings.shard_start_seconds, rule)
     return counts[mine]
 

@@ -15,8 +15,8 @@ from service.config import Settings
 from service.jobs import lifecycle
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import Conclusion, Outcome
-from service.jobs.run_plan import Work, choose, makespan, most_shards, piece_loads
-from service.jobs.shard_plan import plan_for, shard_count
+from service.jobs.run_plan import Work, choose, makespan, piece_loads, shard_count
+from service.jobs.shard_plan import plan_for
 from service.secret import Secret
 from service.store import NewRun, Run, Store, TestRecord
 
@@ -87,7 +87,7 @@ def test_random_runs_never_end_later_than_the_per_job_rule_nor_break_its_bounds(
         rule = [shard_count(cap, slots, w.durations, least) for w in work]
         planned = choose(work, slots, cap, least, start, rule)
         for w, count in zip(work, planned, strict=True):
-            assert 1 <= count <= most_shards(w.durations, slots, cap, least) <= max(1, min(cap, slots))
+            assert 1 <= count <= shard_count(cap, slots, w.durations, least) <= max(1, min(cap, slots))
         assert _span(work, planned, slots, start) <= _span(work, rule, slots, start) + 1e-6, (seed, rule, planned)
         assert _span(work, planned, slots, start) <= _span(work, [1] * len(work), slots, start) + 1e-6
 
