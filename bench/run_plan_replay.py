@@ -9,7 +9,8 @@ machine), this prints the measured walls and ratio, then for each way of choosin
 - the run plan from the four-slot push's own per-test times: a deployment whose records come from its own slots;
 - the best counts of all (up to four a job), found by trying every one;
 
-its counts and its replayed end. The replay: each job cut as its plugin cuts (`suites/shard_plan.py` split by the
+its counts and its replayed end; and each later four-slot push of the record (`--workers 1,4,4`), planned from the
+four-slot push before it, as measured. The replay: each job cut as its plugin cuts (`suites/shard_plan.py` split by the
 one-slot records, a test's model group approximated by its parameter id's first part), each piece taking 8 s to start
 and its tests' times as the four-slot push measured them, the queue as `run_plan.makespan` simulates it. The replay
 of the cut the push ran, against its measured wall, is printed as the model's bias; "corrected" subtracts it.
@@ -71,7 +72,8 @@ def pairs(report: dict) -> list[tuple[str, dict, dict]]:
 
 def main(paths: list[Path]) -> int:
     for path in paths:
-        for phase, one, four in pairs(json.loads(path.read_text())):
+        report = json.loads(path.read_text())
+        for phase, one, four in pairs(report):
             names = [job["suite"] for job in one["jobs"]]
             records, measured = times(one), times(four)
             ran = tuple(len(job["shards"]) if job.get("shards") else 1 for job in four["jobs"])
@@ -90,6 +92,11 @@ def main(paths: list[Path]) -> int:
                 end = replay(names, records, measured, counts)
                 print(f"  {label:28} {str(counts):20} {sum(counts):2} pieces  replayed {end:6.1f} s  corrected "
                       f"{end - bias:6.1f} s  {(end - bias) / one['wall_s']:.3f} x")
+            for again in (r for r in report["runs"] if r["kind"] == f"push, {phase}" and r["workers"] == SLOTS
+                          and r is not four):  # a later four-slot push, planned from the one before it (measured)
+                cut = tuple(len(job["shards"]) if job.get("shards") else 1 for job in again["jobs"])
+                print(f"  {'measured: a later push':28} {str(cut):20} {sum(cut):2} pieces  planned from the four-slot "
+                      f"records, {again['wall_s']:.1f} s  {again['wall_s'] / one['wall_s']:.3f} x")
     return 0
 
 
