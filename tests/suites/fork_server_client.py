@@ -1,7 +1,9 @@
 """The suite tests' side of tests/suites/fork_server.py: one server per environment (less what a forked run takes
 itself), started on first use in this test process and ended with it; `forked_run` stands in for
-`subprocess.run([python, "-m", "pytest", *args], capture_output=True, text=True, timeout=...)`.
-COMPILE_CI_TEST_FRESH_SUITES=1 runs every suite in a fresh interpreter instead (suite_run.py)."""
+`subprocess.run([python, "-m", "pytest", *args], capture_output=True, text=True, timeout=...)`, and `entry_run` for
+the same of a job's `python -m suites.pytest_entry ...` (through the LocalRunner's warm interpreter, which a job
+command needs: its compiler surface is taken before torch is imported). COMPILE_CI_TEST_FRESH_SUITES=1 runs each in a
+fresh interpreter instead."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from runners import warm_start
 from runners.warm_start import per_job
 
 REPO = Path(__file__).resolve().parents[2]
@@ -25,6 +28,7 @@ SERVER = Path(__file__).with_name("fork_server.py")
 FRESH_ENV = "COMPILE_CI_TEST_FRESH_SUITES"
 MAX_SERVERS = 3
 START_TIMEOUT_S = 120.0
+CURRENT_TEST = "PYTEST_CURRENT_TEST"
 
 
 class Server:
@@ -77,8 +81,14 @@ _servers: dict[tuple[tuple[str, str], ...], Server] = {}
 _servers_lock = threading.Lock()
 
 
+def _own(name: str) -> bool:
+    """A variable a run takes itself in the child: a job's own (`per_job`) or the test's id pytest keeps in the
+    environment (PYTEST_CURRENT_TEST: every test of this process would need a server of its own)."""
+    return per_job(name) or name == CURRENT_TEST
+
+
 def _server(env: Mapping[str, str]) -> Server | None:
-    key = tuple(sorted((name, value) for name, value in env.items() if not per_job(name)))
+    key = tuple(sorted((name, value) for name, value in env.items() if not _own(name)))
     with _servers_lock:
         server = _servers.get(key)
         if server is None or server.proc.poll() is not None:
@@ -97,6 +107,29 @@ def forked_run(args: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: 
                               text=True, timeout=timeout)
     with server.lock:
         return server.run(args, cwd, env, timeout)
+
+
+def entry_run(command: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float) -> subprocess.CompletedProcess:
+    """A job's `python -m suites.pytest_entry ...` as the LocalRunner starts it by default: forked from this test
+    process's warm interpreter for the environment (runners/warm_start.py, the product's own; the first such run
+    starts it and runs fresh). Its stdout and stderr come as one, as in a job's log; `stderr` is ''."""
+    env = {name: value for name, value in env.items() if name != CURRENT_TEST}  # pytest's, set again in the run
+    job = None if os.environ.get(FRESH_ENV) == "1" else warm_start.start(sys.executable, command, cwd, env)
+    if job is None:
+        return subprocess.run(list(command), cwd=cwd, env=dict(env), capture_output=True, text=True, timeout=timeout)
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: job.stdout.read(65536), b"")), daemon=True)
+    reader.start()
+    try:
+        job.wait(timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait(START_TIMEOUT_S)
+        raise
+    finally:
+        reader.join(START_TIMEOUT_S)
+        job.stdout.close()
+    return subprocess.CompletedProcess(list(command), job.returncode, b"".join(chunks).decode(errors="replace"), "")
 
 
 @atexit.register

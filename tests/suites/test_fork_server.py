@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.suites.fork_server_client import _server, forked_run
+from runners import warm_start
+from tests.suites.fork_server_client import _server, entry_run, forked_run
+from tests.suites.suite_run import REPO
 
 PROBE = '''
 import json, os, random, sys
@@ -84,3 +86,26 @@ def test_a_forked_run_past_its_time_is_killed_and_the_server_goes_on(tmp_path: P
     after = forked_run([*args, "-k", "state"], work, env, 300)
     assert after.returncode == 0 and json.loads((work / "state.json").read_text())["mine"] == "after", after.stdout
     assert _server(env) is server and server is not None and server.proc.poll() is None
+    # the next test's id in the environment: the same server (one per test would start torch for each)
+    assert _server({**env, "PYTEST_CURRENT_TEST": "tests/x.py::test_next (call)"}) is server
+
+
+def test_a_jobs_entry_run_is_forked_from_the_warm_interpreter_once_it_is_ready(tmp_path: Path) -> None:
+    """`entry_run` (a job's `suites.pytest_entry` command in the suite tests) is the LocalRunner's start: the first
+    run of an environment fresh, the next forked, with the same outcome (runners/warm_start.py, proven the fresh job
+    in tests/runners/test_warm_start.py)."""
+    (tmp_path / "test_one.py").write_text("import os\n\nimport torch\n\n\ndef test_it():\n"
+                                          "    open('parent', 'a').write(f'{os.getppid()}\\n')\n"
+                                          "    assert torch.ones(2).sum() == 2\n")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("COMPILE_CI_")}, "PYTHONPATH": str(REPO),
+           "PROBE_ENVIRONMENT": str(tmp_path)}  # an environment of its own: no warm interpreter yet
+    runs = []
+    for name in ("first", "second"):
+        out = tmp_path / name
+        command = [sys.executable, "-m", "suites.pytest_entry", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
+                   f"--junitxml={out / 'junit.xml'}", "test_one.py"]
+        runs.append(entry_run(command, tmp_path, {**env, "COMPILE_CI_OUTPUT_DIR": str(out)}, 300))
+        assert warm_start.wait_until_ready(120)
+    assert [run.returncode for run in runs] == [0, 0] and all("1 passed" in run.stdout for run in runs), runs
+    first, second = (tmp_path / "parent").read_text().split()
+    assert int(first) == os.getpid() and int(second) != os.getpid(), (first, second)  # fresh, then forked
