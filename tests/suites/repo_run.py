@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -12,7 +13,6 @@ from typing import Any
 
 from suites.naming import sanitise_nodeid
 
-from .fork_server_client import entry_run
 from .suite_run import _JOB_VARIABLES, REPO
 
 
@@ -57,7 +57,7 @@ def run_repo_tests(checkout: Path, work: Path, extra_env: dict[str, str] | None 
     command = [sys.executable, "-m", "suites.pytest_entry", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
                "-o", "junit_family=xunit1", f"--junitxml={junit}", "--rootdir", str(checkout), str(checkout / "tests"),
                *(args or [])]
-    proc = entry_run(command, work, env, timeout)  # as the LocalRunner starts a job (fork_server_client.py)
+    proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
     cases = {case.get("name", ""): case for case in ET.parse(junit).getroot().iter("testcase")} \
         if junit.exists() else {}
     return RepoRun(proc.returncode, proc.stdout + proc.stderr, out, cases)

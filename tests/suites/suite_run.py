@@ -11,8 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.suites.fork_server_client import FRESH_ENV, forked_run
-
 REPO = Path(__file__).resolve().parents[2]
 # Variables of the surrounding job that would change what the suite runs (declared models, another device).
 _JOB_VARIABLES = (
@@ -65,12 +63,10 @@ def run_suite(
     extra_env: dict[str, str] | None = None,
     deps: Path | None = None,
 ) -> SuiteRun:
-    """``python -m pytest suites/<suite> -k <selection>`` on cpu from a scratch directory (forked from an interpreter
-    that imported torch and pytest: tests/suites/fork_server.py; a fresh one with `deps` or
-    COMPILE_CI_TEST_FRESH_SUITES=1), optionally with ``-p plugin`` loaded (a planted bug; ``plant`` names a module
-    of tests.suites.planted). Inductor's cache directory is inherited, so warm runs stay fast. ``deps``: a site
-    directory from the install phase, which the job's in-job install step puts on the path
-    (service/jobs/install_step.py), as for a repository with [install] requirements."""
+    """``python -m pytest suites/<suite> -k <selection>`` on cpu from a scratch directory, optionally with ``-p
+    plugin`` loaded (a planted bug; ``plant`` names a module of tests.suites.planted). Inductor's cache directory is
+    inherited, so warm runs stay fast. ``deps``: a site directory from the install phase, which the job's in-job
+    install step puts on the path (service/jobs/install_step.py), as for a repository with [install] requirements."""
     if plant:
         plugin = f"tests.suites.planted.{plant}"
     junit = workdir / "junit.xml"
@@ -95,10 +91,7 @@ def run_suite(
 
         command = install.wrap(command, sys.executable, Path(env.get("COMPILE_CI_CHECKOUT", workdir)), deps, False)
     try:
-        if deps is None and os.environ.get(FRESH_ENV) != "1":
-            proc = forked_run(command[3:], workdir, env, timeout)
-        else:
-            proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"suite {suite!r} did not finish within {timeout} s: {exc}")
     output = proc.stdout + proc.stderr

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -13,7 +15,6 @@ import pytest
 
 from service.planning.selection import not_affected_env, read_selection, shard_env
 from suites.naming import sanitise_nodeid
-from tests.suites.fork_server_client import forked_run
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = '''
@@ -68,10 +69,11 @@ def test_own_zoo(model):
 def run_pytest(tmp_path: Path, name: str, env: dict[str, str]) -> tuple[int, list[str], Path]:
     out = tmp_path / name
     out.mkdir()
-    proc = forked_run(  # `python -m pytest`, forked (tests/suites/fork_server.py)
-        ["-q", "-p", "no:cacheprovider", "-p", "suites.plugin", f"--junitxml={out / 'junit.xml'}",
-         str(tmp_path / "test_zoo.py")],
-        tmp_path, {**os.environ, "PYTHONPATH": str(ROOT), "COMPILE_CI_OUTPUT_DIR": str(out), **env}, 300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
+         f"--junitxml={out / 'junit.xml'}", str(tmp_path / "test_zoo.py")],
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COMPILE_CI_OUTPUT_DIR": str(out), **env},
+        capture_output=True, text=True, cwd=tmp_path, check=False)
     ran = [case.get("name", "") for case in ET.parse(out / "junit.xml").getroot().iter("testcase")]
     return proc.returncode, ran, out
 
