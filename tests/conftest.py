@@ -197,6 +197,16 @@ HEAVY = (
     # (tests/runners/test_header_seed.py).
     "tests/integration/test_host_preparation.py::test_a_prefork_worker_prepares_as_it_starts_and_each_pool_process"
     "_as_it_is_forked",
+    # 2026-11-29, sixteenth session (CI time: CI's whole run took 1,243 s; these by their CPU, measured per test):
+    # 33 s of CPU, a real worker process SIGKILLed under two torch shards; CI keeps the same recovery through a real
+    # store and Redis lease of a worker that is gone (tests/integration/test_shard_reaper.py, a restarted worker runs
+    # its killed predecessor's shard again alone), the retry rule (tests/unit/test_shard_lifecycle.py) and two shards
+    # on two real worker threads (this file's other test).
+    "tests/integration/test_shards.py::test_a_shard_whose_worker_is_killed_runs_again_alone",
+    # 25 s of CPU, three jobs with an editable install; CI keeps what decides a fresh start (this file's
+    # test_what_could_change_the_warm_imports_is_found: a .pth that runs code, a requirement named like a warm
+    # module) and the forked install step that a job takes otherwise (the wrapper that adds to PYTHONPATH).
+    "tests/runners/test_warm_install.py::test_a_requirement_whose_pth_runs_code_starts_afresh_after_the_step",
 )
 _LEFT_OUT: list[str] = []
 
