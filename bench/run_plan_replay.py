@@ -9,11 +9,15 @@ machine), this prints the measured walls and ratio, then for each way of choosin
 - the run plan from the four-slot push's own per-test times: a deployment whose records come from its own slots;
 - the best counts of all (up to four a job), found by trying every one;
 
-its counts and its replayed end; and each later four-slot push of the record (`--workers 1,4,4`), planned from the
-four-slot push before it, as measured. The replay: each job cut as its plugin cuts (`suites/shard_plan.py` split by the
-one-slot records, a test's model group approximated by its parameter id's first part), each piece taking 8 s to start
-and its tests' times as the four-slot push measured them, the queue as `run_plan.makespan` simulates it. The replay
-of the cut the push ran, against its measured wall, is printed as the model's bias; "corrected" subtracts it.
+its counts and its replayed end; each later four-slot push of the record (`--workers 1,4,4`), planned from the
+four-slot push before it, as measured; and a repository's first push, which has no per-test times, so each job's
+plugin splits by count: one count for every job (1 to 4), and the counts the run plan would choose from a prior that
+knew each suite's share of the run (SHARE_PRIOR: what another repository gave) and the run's true total. The
+replay: each job cut as its plugin cuts (`suites/shard_plan.py` split by the one-slot records, or by count for a
+first push; a test's model group approximated by its parameter id's first part), each piece taking 8 s to start and
+its tests' times as the four-slot push measured them, the queue as `run_plan.makespan` simulates it. The replay of
+the cut the push ran, against its measured wall, is printed as the model's bias; "corrected" subtracts it (not from
+the first push's lines, which are plain replays).
 
 Run from the repository root: `python -m bench.run_plan_replay [SHARDS_JSON ...]` (default: the run-plan records in
 bench/records/).
@@ -34,6 +38,9 @@ from suites.shard_plan import split
 ROOT = Path(__file__).resolve().parents[1]
 START_S = 8.0
 SLOTS = 4
+# Each suite's cold seconds on another repository (tests/suites/declared_repo, H100: docs/suites.md): a prior a first
+# push could have, the best case of which the replay tries.
+SHARE_PRIOR = {"autograd": 76.1, "correctness": 102.2, "freezing": 44.9, "fusion": 17.6, "layout": 21.0, "passes": 29.0}
 
 
 def group(nodeid: str) -> str:
@@ -58,6 +65,32 @@ def replay(names: list[str], records: dict[str, dict[str, float]], four: dict[st
             pieces[shard] = pieces.get(shard, 0.0) + four[name].get(nodeid, records[name][nodeid])
         jobs.append(list(pieces.values()))
     return makespan(jobs, SLOTS, START_S)
+
+
+def by_count(names: list[str], four: dict[str, dict[str, float]], counts: tuple[int, ...]) -> float:
+    """The replayed end of a first push: each job cut by count (its plugin has no durations to split by)."""
+    jobs = []
+    for name, count in zip(names, counts, strict=True):
+        nodeids = sorted(four[name])
+        shard_of = split(nodeids, {}, count, [group(n) for n in nodeids]) if count > 1 else [0] * len(nodeids)
+        pieces: dict[int, float] = {}
+        for nodeid, shard in zip(nodeids, shard_of, strict=True):
+            pieces[shard] = pieces.get(shard, 0.0) + four[name][nodeid]
+        jobs.append(list(pieces.values()))
+    return makespan(jobs, SLOTS, START_S)
+
+
+def first_push(names: list[str], records: dict[str, dict[str, float]], four: dict[str, dict[str, float]],
+               one_wall: float) -> None:
+    uniform = [f"{c} each {by_count(names, four, (c,) * len(names)) / one_wall:.3f} x" for c in range(1, SLOTS + 1)]
+    print(f"  {'first push, one count':28} {', '.join(uniform)}")
+    total = sum(sum(t.values()) for t in records.values())
+    prior = {n: {t: SHARE_PRIOR[n] / sum(SHARE_PRIOR.values()) * total / len(records[n]) for t in records[n]}
+             for n in names}
+    counts = tuple(choose([Work(n, prior[n]) for n in names], SLOTS, SLOTS, 30, START_S,
+                          [shard_count(SLOTS, SLOTS, prior[n], 30) for n in names]))
+    print(f"  {'first push, share prior':28} {str(counts):20} {sum(counts):2} pieces  "
+          f"{by_count(names, four, counts) / one_wall:.3f} x (the true total given)")
 
 
 def pairs(report: dict) -> list[tuple[str, dict, dict]]:
@@ -97,6 +130,8 @@ def main(paths: list[Path]) -> int:
                 cut = tuple(len(job["shards"]) if job.get("shards") else 1 for job in again["jobs"])
                 print(f"  {'measured: a later push':28} {str(cut):20} {sum(cut):2} pieces  planned from the four-slot "
                       f"records, {again['wall_s']:.1f} s  {again['wall_s'] / one['wall_s']:.3f} x")
+            if all(n in SHARE_PRIOR for n in names):
+                first_push(names, records, measured, one["wall_s"])
     return 0
 
 

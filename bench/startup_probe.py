@@ -52,7 +52,8 @@ def main() -> int:
             seeded = keys is not None and source_keys.apply(keys, codecache)
     _last[0] = time.time()
     codecache.torch_key()
-    codecache.triton_key()
+    if hasattr(codecache, "triton_key"):  # torch 2.13; torch 2.11 has none there
+        codecache.triton_key()
     step("torch_key + triton_key")
     if device == "cpu":
         from torch._inductor import cpu_vec_isa
