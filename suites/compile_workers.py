@@ -59,6 +59,11 @@ def children(pid: int) -> list[int]:
             except OSError:
                 continue  # a thread that ended meanwhile
         return sorted(listed)
+    return scan(pid)
+
+
+def scan(pid: int) -> list[int]:
+    """The processes whose parent is `pid`, from every process's /proc stat line."""
     found: list[int] = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

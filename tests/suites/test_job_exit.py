@@ -11,14 +11,19 @@ import json
 import os
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from suites import compile_workers
 
 REPO = Path(__file__).resolve().parents[2]
 
 STARTS_THE_POOL = '''
 import json, os
 from pathlib import Path
+
+from suites import compile_workers
 from torch._inductor import async_compile
 
 def test_compiles_with_the_pool():
@@ -61,3 +66,28 @@ def test_a_jobs_compile_workers_are_killed_at_its_end_and_its_outcome_is_kept(tm
     assert len(pids) == 3, pids  # the sidecar and its two workers
     assert [pid for pid in pids if _alive(pid)] == [], (pids, output)
     assert "unclean exit" not in output and "Traceback" not in output, output
+
+
+def test_a_process_s_children_are_found_with_and_without_the_kernel_s_list() -> None:
+    # Two children, one of them named with a space and a parenthesis as a comm may be: its stat line's second field
+    # ends at the last ")". The kernel's per-thread lists and the scan of /proc agree.
+    parent = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\n"
+        "kids = [subprocess.Popen(['sleep', '60']), subprocess.Popen([sys.executable, '-c', "
+        "'import ctypes, time; ctypes.CDLL(None).prctl(15, b\"a) b (c\", 0, 0, 0); time.sleep(60)'])]\n"
+        "print(' '.join(str(k.pid) for k in kids), flush=True)\n"
+        "time.sleep(60)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        kids = sorted(int(pid) for pid in parent.stdout.readline().split())
+        assert len(kids) == 2
+        deadline = time.monotonic() + 30
+        while not any(Path(f"/proc/{pid}/comm").read_text() == "a) b (c\n" for pid in kids):
+            assert time.monotonic() < deadline, "the child never took its name"
+        assert compile_workers.children(parent.pid) == kids
+        assert sorted(compile_workers.scan(parent.pid)) == kids
+    finally:
+        for pid in compile_workers.scan(parent.pid):
+            os.kill(pid, 9)
+        parent.kill()
+        parent.wait()
