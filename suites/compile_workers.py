@@ -40,7 +40,10 @@ def end() -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        process.wait()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass  # not dead yet (stuck in the kernel): the runner ends the job's process group or container after it
         pools.discard(pool)
 
 
