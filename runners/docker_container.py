@@ -29,6 +29,7 @@ RUNNER_UID = 10001  # the image's unprivileged `runner` user
 CHECKOUT_MOUNT = "/job/checkout"
 OUTPUT_MOUNT = "/job/out"
 DEPS_MOUNT = "/job/deps"
+GRANTS_MOUNT = "/job/grants"
 # Inductor keeps part of its state (precompiled headers, the new-style caches) under
 # /tmp/torchinductor_<user> whatever TORCHINDUCTOR_CACHE_DIR says, so the persistent cache is mounted exactly
 # there and the cache variables point inside it.
@@ -51,6 +52,9 @@ def container_config(spec: RunSpec, image: str, cache: docker.types.Mount | None
     if spec.deps_dir is not None:
         # Read-only: shared by every job with the same requirements, so no job may change it for the next.
         mounts.append(docker.types.Mount(DEPS_MOUNT, str(spec.deps_dir), type="bind", read_only=True))
+    if spec.grants is not None:
+        # Read-only: the worker's answers to the job's requests for tests (runners/grants.py).
+        mounts.append(docker.types.Mount(GRANTS_MOUNT, str(spec.grants.directory), type="bind", read_only=True))
     env = job_env(cpus, spec.cpus) if cpus else {}
     env.update({key: map_paths(value, paths) for key, value in spec.env.items()})
     env.update({"HOME": "/tmp", "TMPDIR": "/tmp", "USER": "runner", "PYTHONUNBUFFERED": "1",
@@ -140,5 +144,7 @@ def _path_map(spec: RunSpec) -> list[tuple[str, str]]:
         pairs.append((str(spec.suites_dir), IMAGE_SUITES))
     if spec.deps_dir is not None:
         pairs.append((str(spec.deps_dir), DEPS_MOUNT))
+    if spec.grants is not None:
+        pairs.append((str(spec.grants.directory), GRANTS_MOUNT))
     return sorted(pairs, key=lambda pair: -len(pair[0]))
 

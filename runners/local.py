@@ -18,6 +18,7 @@ from runners import header_seed, warm_start
 from runners.compile_cache import JobCache, open_job_cache, process_alive, slug
 from runners.cpu_shares import CpuShares, job_env, pin
 from runners.gpus import gpu_job_env, visible_devices
+from runners.grants import Sink, tapped
 from runners.job_log import LogSink
 from runners.layer_cap import LayerWatch
 from runners.outbox import (
@@ -179,7 +180,7 @@ class LocalRunner:
                     log.write(f"[compile-ci] the job's process {proc.pid} was forked from this host's warm "
                               "interpreter (torch and pytest imported once)\n".encode())
                 assert proc.stdout is not None
-                pump = threading.Thread(target=_pump, args=(proc.stdout, log), daemon=True)
+                pump = threading.Thread(target=_pump, args=(proc.stdout, tapped(log, spec.grants)), daemon=True)
                 pump.start()
                 try:
                     outcome = _wait(proc, spec, should_cancel, job_out, watch)
@@ -212,7 +213,7 @@ class LocalRunner:
                          cancelled=outcome == "cancelled", cache_over_cap=outcome == "cache over cap", output=report)
 
 
-def _pump(stream: IO[bytes], log: LogSink) -> None:
+def _pump(stream: IO[bytes], log: Sink) -> None:
     while chunk := stream.read1(64 * 1024):  # type: ignore[attr-defined]
         log.write(chunk)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Protocol
 
 from runners.compile_cache import CacheScope
+from runners.grants import GrantChannel
 from runners.outbox import Limits, OutputReport
 
 DEFAULT_OUTPUT_MB = 1024
@@ -37,6 +38,9 @@ class RunSpec:
     deps_dir: Path | None = None
     output_mb: int = DEFAULT_OUTPUT_MB  # the job's output quota, enforced while it runs
     log_mb: int = 128  # what the job prints, kept up to this (runners/job_log.py)
+    # A shard that takes its tests while it runs (runners/grants.py): its requests are read from what it prints,
+    # answered in this directory (container runners mount it read-only; the job finds it in COMPILE_CI_GRANTS).
+    grants: GrantChannel | None = None
 
     @property
     def log_path(self) -> Path:

@@ -74,11 +74,15 @@ class ProgressWriter:
         self.files = files
         self.total = 0
         self.done = 0
+        self.session: pytest.Session | None = None
 
     def _write(self, current: str) -> None:
+        if self.session is not None:  # a shard that takes its tests while it runs: the total grows (claiming.py)
+            self.total = max(self.total, len(self.session.items))
         self.files.replace(self.path, json.dumps({"done": self.done, "total": self.total, "current": current}))
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        self.session = session
         self.total = len(session.items)
         self._write("")
 

@@ -20,6 +20,12 @@ CORPUS_GROUP = "(built-in corpus)"
 BUILTIN_SPEC = "builtin"  # the spec a suite's own models carry (the passes suite's zoo): compile-ci's code, the corpus
 SELECTION_FILE = "selection.json"
 NO_HISTORY_S = 1.0  # the weight of every test when none has a recorded duration: a split by count
+# A shard plan with "dynamic": its shards take their tests while they run (suites/claiming.py): a shard asks for the
+# next unit by printing CLAIM_MARKER, its request number and the job's unit count on a line of its own; the worker
+# answers in the directory GRANTS_ENV names (read-only to the job), one file per request: the unit's index, or -1.
+GRANTS_ENV = "COMPILE_CI_GRANTS"
+CLAIM_MARKER = "compile-ci-claim"
+NO_UNIT_LEFT = -1
 
 
 def split(nodeids: Sequence[str], durations: Mapping[str, float], count: int,

@@ -3,9 +3,12 @@ the service reuses (groups: declared targets the change cannot reach, and the bu
 reach the compiler); registered by suites/plugin.py when asked to.
 
 Every shard collects the whole suite (collection is needed to run anyway, so no separate collect step) and keeps
-its share of the same deterministic split, so N shards together run exactly what one runner would. It writes
-`selection.json`: the tests one runner would have run, in order (the service merges the shards' results in that
-order and checks that every shard saw the same), the tests left to their base results, and its own count.
+its share of the same deterministic split, so N shards together run exactly what one runner would. A plan marked
+"dynamic" (no recorded times to split by) fixes no share: the shard takes units of tests while it runs
+(suites/claiming.py). It writes `selection.json`: the tests one runner would have run, in order (the service merges
+the shards' results in that order and checks that every shard saw the same), the tests left to their base results,
+its own count and, for a dynamic shard once it ends, the tests it took (the service checks that every test was
+taken).
 """
 
 from __future__ import annotations
@@ -17,7 +20,19 @@ from typing import Any
 
 import pytest
 
-from .shard_plan import BUILTIN_SPEC, CORPUS_GROUP, NOT_AFFECTED_ENV, SELECTION_FILE, SHARD_ENV, decode_plan, split
+from .claiming import Claiming
+from .device_context import CONTINUE_ONLY_ENV
+from .shard_plan import (
+    BUILTIN_SPEC,
+    CORPUS_GROUP,
+    GRANTS_ENV,
+    NO_HISTORY_S,
+    NOT_AFFECTED_ENV,
+    SELECTION_FILE,
+    SHARD_ENV,
+    decode_plan,
+    split,
+)
 
 
 def target_specs(item: pytest.Item) -> set[str] | None:
@@ -60,10 +75,37 @@ def model_key(item: pytest.Item) -> str:
     return "|".join(sorted(keys))
 
 
+def units(items: list[pytest.Item], durations: dict[str, float], count: int) -> list[list[pytest.Item]]:
+    """What a dynamic shard takes at a time: the tests of one model together (compiled on one shard), a model
+    heavier than half a shard's fair share cut into pieces (so that no late unit holds the job's end), each test of
+    no model alone; the heaviest first, by recorded time or, without any, by count. The same for every shard."""
+    known = [durations[item.nodeid] for item in items if item.nodeid in durations]
+    default = sorted(known)[len(known) // 2] if known else NO_HISTORY_S
+    weight = {id(item): max(0.0, float(durations.get(item.nodeid, default))) for item in items}
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        groups.setdefault(model_key(item) or "\0" + item.nodeid, []).append(item)
+    limit = sum(weight.values()) / (2 * max(1, count))
+    pieces: list[list[pytest.Item]] = []
+    for members in groups.values():
+        piece: list[pytest.Item] = []
+        for item in members:
+            if piece and sum(weight[id(i)] for i in piece) + weight[id(item)] > limit:
+                pieces.append(piece)
+                piece = []
+            piece.append(item)
+        pieces.append(piece)
+    position = {id(item): index for index, item in enumerate(items)}
+    return sorted(pieces, key=lambda p: (-sum(weight[id(i)] for i in p), position[id(p[0])]))
+
+
 class Selection:
-    def __init__(self, output_dir: Path, plan: dict[str, Any] | None, not_affected: frozenset[str]) -> None:
+    def __init__(self, output_dir: Path, plan: dict[str, Any] | None, not_affected: frozenset[str],
+                 grants: Path | None = None) -> None:
         self.output_dir, self.plan, self.not_affected = output_dir, plan, not_affected
+        self.grants = grants  # a dynamic plan's: where the worker answers (None: a fixed share, or a continuation)
         self.emptied = False
+        self.record: dict[str, Any] = {}
 
     def _unaffected(self, item: pytest.Item) -> bool:
         specs = target_specs(item)
@@ -78,23 +120,36 @@ class Selection:
         if self.plan is not None:
             index, count = int(self.plan.get("index", 0)), int(self.plan.get("count", 1))
             durations = self.plan.get("durations") or {}
-            shard_of = split([item.nodeid for item in kept], durations, count, [model_key(item) for item in kept])
-            mine = [item for item, shard in zip(kept, shard_of, strict=True) if shard == index]
+            if self.grants is not None:  # taken while it runs: the session starts with none of them
+                config.pluginmanager.register(Claiming(config, self.grants, units(kept, durations, count)),
+                                              "compile-ci-claiming")
+                mine = []
+            elif self.plan.get("dynamic"):
+                mine = kept  # a continuation: the device context keeps the tests its first process left
+            else:
+                shard_of = split([item.nodeid for item in kept], durations, count, [model_key(i) for i in kept])
+                mine = [item for item, shard in zip(kept, shard_of, strict=True) if shard == index]
         chosen = set(map(id, mine))
-        dropped = [item for item in items if id(item) not in chosen]
+        dropped = [item for item in left if id(item) not in chosen] if self.grants is not None else \
+            [item for item in items if id(item) not in chosen]
         if dropped:
             config.hook.pytest_deselected(items=dropped)
+        if len(mine) != len(items):
             self.emptied = not mine
             items[:] = mine
         self.output_dir.mkdir(parents=True, exist_ok=True)
-        (self.output_dir / SELECTION_FILE).write_text(json.dumps({
-            "index": index, "count": count, "selected": len(mine),
-            "order": [item.nodeid for item in kept], "not_affected": [item.nodeid for item in left]}))
+        self.record = {"index": index, "count": count, "selected": len(mine),
+                       "order": [item.nodeid for item in kept], "not_affected": [item.nodeid for item in left]}
+        (self.output_dir / SELECTION_FILE).write_text(json.dumps(self.record))
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         # A shard whose share is empty, or a job whose every test is left to its base, ran nothing on purpose.
         if self.emptied and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
             session.exitstatus = pytest.ExitCode.OK
+        if self.grants is not None and self.record:  # what it took: the service checks every test was taken
+            taken = [item.nodeid for item in session.items]
+            (self.output_dir / SELECTION_FILE).write_text(json.dumps({**self.record, "selected": len(taken),
+                                                                      "taken": taken}))
 
 
 def register(config: pytest.Config, output_dir: Path) -> None:
@@ -111,4 +166,10 @@ def register(config: pytest.Config, output_dir: Path) -> None:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     chosen = frozenset(s for s in specs if isinstance(s, str)) if isinstance(specs, list) else frozenset()
-    config.pluginmanager.register(Selection(output_dir, plan, chosen), "compile-ci-selection")
+    grants = None
+    if plan is not None and plan.get("dynamic") and not os.environ.get(CONTINUE_ONLY_ENV):
+        # (a continuation runs the tests its first process had taken and left, named by the device context)
+        if not os.environ.get(GRANTS_ENV):
+            raise pytest.UsageError(f"a shard plan that takes its tests while it runs needs {GRANTS_ENV}")
+        grants = Path(os.environ[GRANTS_ENV])
+    config.pluginmanager.register(Selection(output_dir, plan, chosen, grants), "compile-ci-selection")

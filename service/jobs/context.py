@@ -58,6 +58,10 @@ class Leases(Protocol):
 
     def count(self, key: str) -> int: ...
 
+    def grant_unit(self, attempt: str, shard: int, request: int, units: int) -> int: ...
+
+    def nothing_left(self, attempt: str, shard: int) -> bool: ...
+
 
 @dataclass
 class WorkerContext:

@@ -34,6 +34,7 @@ from service.repo_config import RepoConfig
 from service.store import Job, Run
 from service.store.reuse import record_fingerprint
 from service.store.shards import add_not_affected
+from suites.shard_plan import GRANTS_ENV
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +148,7 @@ def execute(ctx: WorkerContext, run: Run, job: Job, out: Path, name: str, watch:
             if selected.whole is not None:  # nothing it imports changed: its source's tests are its own, unrun
                 append_text(out / "log.txt", f"{selected.note}{selected.whole.line()}")
                 return finish(RunResult(0, 0.0), roots, work / "src", selected)
-            spec = _spec(ctx, run, job, config, checkout, out, name, selected.env)
+            spec = _spec(ctx, run, job, config, checkout, out, name, selected)
             roots = [str(spec.checkout_dir), spec.env.get("COMPILE_CI_CHECKOUT", ""), *install.source_roots(out)]
             append_text(out / "log.txt", f"{selected.note}$ {' '.join(install.shown(spec.command))}\n")
             install.record_wheels(out, spec.deps_dir, config.requirements, ctx.settings.artifacts_dir, run.repo_id)
@@ -165,7 +166,7 @@ def execute(ctx: WorkerContext, run: Run, job: Job, out: Path, name: str, watch:
 
 
 def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: Path, out: Path, name: str,
-          selection: dict[str, str]) -> RunSpec:
+          selected: Selected) -> RunSpec:
     # Worker paths throughout: LocalRunner uses them as they are, DockerRunner maps them to its mounts.
     pytest = pytest_command(ctx.runner.python, out / "junit.xml")
     if job.suite == "repo":
@@ -187,14 +188,15 @@ def _spec(ctx: WorkerContext, run: Run, job: Job, config: RepoConfig, checkout: 
         # the job starts later, so this deadline is early rather than late). suites/bisect_session.py.
         "COMPILE_CI_BISECT_SECONDS": str(ctx.settings.bisect_seconds),
         "COMPILE_CI_DEADLINE": str(int(time.time()) + job.timeout_s),
-        **selection,
+        **selected.env,
+        **({GRANTS_ENV: str(selected.grants.directory)} if selected.grants is not None else {}),
     }
     deps = install.prepare(ctx.settings, config.requirements, ctx.runner.cache_key(job.device))
     if deps is not None or config.install_package:
         command = install.wrap(command, ctx.runner.python, checkout, deps, config.install_package)
     return RunSpec(job_id=name, command=tuple(command), checkout_dir=checkout, output_dir=out,
                    timeout_s=job.timeout_s, device=job.device, env=env, cache=cache,
-                   suites_dir=ctx.suites_dir, deps_dir=deps, output_mb=ctx.settings.output_mb)
+                   suites_dir=ctx.suites_dir, deps_dir=deps, output_mb=ctx.settings.output_mb, grants=selected.grants)
 
 
 def pytest_command(python: str, junit: Path) -> list[str]:

@@ -49,11 +49,14 @@ def _rank(shard: Shard) -> int:
     return {Conclusion.CANCELLED: 1, Conclusion.TIMED_OUT: 2}.get(Conclusion(shard.conclusion or "failure"), 3)
 
 
-def merged_outcome(shards: Sequence[Shard], counts: dict[str, int], disagreement: str = "") -> Outcome:
+def merged_outcome(shards: Sequence[Shard], counts: dict[str, int], disagreement: str = "",
+                   untaken: str = "") -> Outcome:
     """What the job says: the same words as one runner's for the same tests when every shard ran to the end."""
     torch = next((s.torch_version for s in shards if s.torch_version), "")
     if disagreement:
         return Outcome(Conclusion.FAILURE, "Shards collected different tests", disagreement, counts, torch)
+    if untaken and all(s.kind in ("tests", "none") for s in shards):
+        return Outcome(Conclusion.FAILURE, "Tests no shard ran", untaken, counts, torch)
     others = [s for s in shards if s.kind not in ("tests", "none")]
     if others:
         worst = min(others, key=lambda s: (_rank(s), s.index))
@@ -78,6 +81,20 @@ def disagreement_of(selections: Sequence[SelectionFile]) -> str:
                     f"({len(first)} and {len(other.order)}; e.g. {', '.join(extra)}): this suite's collection "
                     f"differs between two runs of it, so it cannot be split.")
     return ""
+
+
+def untaken_of(selections: Sequence[SelectionFile]) -> str:
+    """Shards that take their tests while they run (suites/claiming.py) say which they took; every collected test
+    must have been taken by one of them: a test no shard ran is never silently missing from the verdict."""
+    found = [s for s in selections if s.found]
+    if not found:
+        return ""
+    taken = {nodeid for s in found for nodeid in (s.taken or ())}
+    missing = [nodeid for nodeid in found[0].order if nodeid not in taken]
+    if not missing:
+        return ""
+    return (f"{len(missing)} of the {len(found[0].order)} collected tests were taken by no shard (e.g. "
+            f"{', '.join(missing[:5])}): a shard that ended early or did not say what it ran left them.")
 
 
 def merge_when_done(ctx: WorkerContext, job_id: str) -> None:
@@ -127,7 +144,8 @@ def _merge(ctx: WorkerContext, job: Job, shards: list[Shard], out: Path) -> Outc
     record_fingerprint(ctx.store, job.id, job.attempt, agreed([read_fingerprint(out / "shards" / str(s.index))
                                                               for s in shards]))
     records = [r for r in ctx.store.results_of(job.id, job.attempt) if not r.not_affected]
-    outcome = merged_outcome(shards, count_outcomes(r.outcome for r in records), disagreement)
+    untaken = untaken_of(selections) if plan.get("dynamic") is True and not disagreement else ""
+    outcome = merged_outcome(shards, count_outcomes(r.outcome for r in records), disagreement, untaken)
     for shard in shards:
         _move_tests(out / "shards" / str(shard.index) / "tests", out / "tests")
     _write_log(out, shards)

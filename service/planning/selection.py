@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runners.grants import GrantChannel
 from runners.untrusted_files import read_json_data
 from service.planning.reuse_whole import Whole
 from suites.shard_plan import NOT_AFFECTED_ENV, SELECTION_FILE, SHARD_ENV, encode_plan
@@ -26,6 +27,7 @@ class Selected:
     env: dict[str, str] = field(default_factory=dict)
     note: str = ""
     whole: Whole | None = None  # every test taken from this source job: no runner starts (reuse_whole.py)
+    grants: GrantChannel | None = None  # a shard that takes its tests while it runs (service/jobs/grants.py)
 
     @property
     def asked_not_affected(self) -> bool:
@@ -46,8 +48,10 @@ def fitted_durations(durations: Mapping[str, float]) -> dict[str, float]:
     return dict(kept)
 
 
-def shard_env(index: int, count: int, durations: Mapping[str, float]) -> dict[str, str]:
-    return {SHARD_ENV: encode_plan({"index": index, "count": count, "durations": dict(durations)})}
+def shard_env(index: int, count: int, durations: Mapping[str, float], dynamic: bool = False) -> dict[str, str]:
+    """`dynamic`: the shard takes its tests while it runs (suites/claiming.py) instead of a share fixed now."""
+    plan = {"index": index, "count": count, "durations": dict(durations), **({"dynamic": True} if dynamic else {})}
+    return {SHARD_ENV: encode_plan(plan)}
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class SelectionFile:
     index: int = 0
     count: int = 1
     found: bool = False
+    taken: list[str] | None = None  # a dynamic shard's tests, in the order it ran them (None: not said)
 
 
 def _nodeids(value: Any) -> list[str] | None:
@@ -79,4 +84,5 @@ def read_selection(out: Path) -> SelectionFile:
     index, count = data.get("index"), data.get("count")
     if order is None or left is None or not isinstance(index, int) or not isinstance(count, int):
         return SelectionFile()
-    return SelectionFile(order, left, index, count, True)
+    taken = _nodeids(data["taken"]) if "taken" in data else None
+    return SelectionFile(order, left, index, count, True, taken)

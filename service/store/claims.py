@@ -118,6 +118,34 @@ class Claims:
         self._redis.expire(name, self._ttl)
         return value
 
+    def grant_unit(self, attempt: str, shard: int, request: int, units: int) -> int:
+        """The unit of tests a shard's `request` is given (suites/claiming.py): the one its shard's earlier attempt
+        was given for that request, else the job attempt's next; -1 once none is left. Units are counted from one
+        counter per job attempt (INCR: never given twice, whichever worker asks); ValueError when the shard cut its
+        tests into another number of units than its siblings did."""
+        base = f"compile-ci:grants:{attempt}"
+        given = self._redis.lindex(f"{base}:shard:{shard}", request)
+        if given is not None:
+            return int(given)
+        if not self._redis.set(f"{base}:units", units, nx=True, ex=self._ttl):
+            known = self._redis.get(f"{base}:units")
+            if known is not None and int(known) != units:
+                raise ValueError(f"this shard cut its tests into {units} units, a shard before it into {int(known)}")
+        unit = int(self._redis.incr(f"{base}:next")) - 1
+        self._redis.expire(f"{base}:next", self._ttl)
+        if unit >= units:
+            return -1
+        self._redis.rpush(f"{base}:shard:{shard}", unit)
+        self._redis.expire(f"{base}:shard:{shard}", self._ttl)
+        return unit
+
+    def nothing_left(self, attempt: str, shard: int) -> bool:
+        """Whether every unit of the job attempt was given before this shard was given any: it has nothing to run."""
+        base = f"compile-ci:grants:{attempt}"
+        units, given = self._redis.get(f"{base}:units"), self._redis.get(f"{base}:next")
+        return units is not None and given is not None and int(given) >= int(units) \
+            and not self._redis.llen(f"{base}:shard:{shard}")
+
     def queue_depths(self, queues: tuple[str, ...]) -> dict[str, int]:
         """Messages waiting per Celery queue (kombu's Redis transport keeps each queue as a list of its name)."""
         return {name: sum(int(self._redis.llen(key)) for key in _lists(name)) for name in queues}

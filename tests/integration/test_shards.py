@@ -151,7 +151,9 @@ def test_two_shards_on_two_worker_threads_give_the_check_run_of_one(
     assert job is not None and (job.shards, job.attempt) == (2, 1)
     shards = shards_of(store, job.id, job.attempt)
     assert [(s.index, s.state, s.attempt) for s in shards] == [(0, "completed", 1), (1, "completed", 1)]
-    assert {r.shard for r in store.results_of(job.id, job.attempt)} == {0, 1}  # both did part of the work
+    # A first push has no recorded times: its shards took their tests while they ran (suites/claiming.py), each
+    # test once, whichever shard started first (which took how many is the hosts' timing, not the verdict's).
+    assert {r.shard for r in store.results_of(job.id, job.attempt)} <= {0, 1}
 
     client = create_app(sharded).test_client()  # the job page reads like one runner's
     page = client.get(split["details_url"].removeprefix(sharded.public_url)).get_data(as_text=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from runners.grants import GrantChannel
 from runners.local import LocalRunner
 from runners.protocol import Runner, RunSpec
 from tests.runners.conftest import job_containers
@@ -58,6 +59,36 @@ def test_artifacts_written_by_the_job_are_kept(runner: Runner, tmp_path: Path) -
     """
     assert runner.run(spec_for(runner, tmp_path, code)).exit_code == 0
     assert (tmp_path / "out" / "tests" / "output_code.py").read_text() == "# generated"
+
+
+def test_a_job_asks_for_its_tests_by_a_line_and_cannot_write_the_answers(runner: Runner, tmp_path: Path) -> None:
+    """The channel of a shard that takes its tests while it runs (runners/grants.py): asked by what the job prints,
+    answered in a directory the job can only read (a container's mount; LocalRunner is for trusted hosts)."""
+    code = """
+        import os, pathlib, time
+        grants, got = pathlib.Path(os.environ["COMPILE_CI_GRANTS"]), []
+        for request in range(4):
+            os.write(1, f"\\ncompile-ci-claim {request} 3\\n".encode())
+            deadline = time.time() + 30
+            while not (grants / str(request)).exists() and time.time() < deadline:
+                time.sleep(0.01)
+            got.append((grants / str(request)).read_text())
+        print("got", got, flush=True)
+        try:
+            (grants / "0").write_text("2")
+            print("wrote an answer", flush=True)
+        except OSError as exc:
+            print("refused", type(exc).__name__, flush=True)
+    """
+    grants = tmp_path / "grants"
+    grants.mkdir()
+    channel = GrantChannel(grants, lambda request, units: request if request < units else -1)
+    spec = spec_for(runner, tmp_path, code, grants=channel)
+    result = runner.run(replace(spec, env={**spec.env, "COMPILE_CI_GRANTS": str(grants)}))
+    assert result.exit_code == 0, log_of(tmp_path)
+    assert "got ['0', '1', '2', '-1']" in log_of(tmp_path)
+    if not isinstance(runner, LocalRunner):
+        assert "refused OSError" in log_of(tmp_path) and (grants / "0").read_text() == "0"
 
 
 def test_timeout_kills_the_job_and_everything_it_spawned(runner: Runner, tmp_path: Path) -> None:
