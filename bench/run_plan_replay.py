@@ -25,13 +25,15 @@ bench/records/).
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import json
 import re
 import sys
+from collections import deque
 from pathlib import Path
 
-from service.jobs.run_plan import Work, choose, makespan
+from service.jobs.run_plan import FAN_OUT_S, Work, choose, makespan
 from service.jobs.shard_plan import shard_count
 from suites.shard_plan import split
 
@@ -93,6 +95,68 @@ def first_push(names: list[str], records: dict[str, dict[str, float]], four: dic
           f"{by_count(names, four, counts) / one_wall:.3f} x (the true total given)")
 
 
+def units(times_of: dict[str, float], count: int, cut: int = 2) -> list[float]:
+    """A first push's units as suites/sharding.py `units` makes them (its model groups approximated as `group` does),
+    by count: each unit's seconds as the four-slot push measured its tests, in the order they are given."""
+    nodeids = sorted(times_of)
+    groups: dict[str, list[str]] = {}
+    for nodeid in nodeids:
+        groups.setdefault(group(nodeid) or "\0" + nodeid, []).append(nodeid)
+    limit = len(nodeids) / (cut * count) if cut else float("inf")
+    pieces: list[list[str]] = []
+    for members in groups.values():
+        piece: list[str] = []
+        for nodeid in members:
+            if piece and len(piece) + 1 > limit:
+                pieces.append(piece)
+                piece = []
+            piece.append(nodeid)
+        pieces.append(piece)
+    ordered = sorted(pieces, key=lambda p: (-len(p), nodeids.index(p[0])))
+    return [sum(times_of[n] for n in piece) for piece in ordered]
+
+
+def taken(names: list[str], four: dict[str, dict[str, float]], counts: tuple[int, ...], cut: int = 2) -> float:
+    """The replayed end of a first push whose shards take their tests while they run (suites/claiming.py): the queue
+    as run_plan.makespan has it (job messages first, a fanned-out job's shards behind them), each shard taking
+    START_S and then its job's next unit whenever it finishes one, in time order across every running shard; a shard
+    that starts after its job's units were all given ends at once (the worker completes it without a runner)."""
+    pools = [deque(units(four[n], c, cut)) if c > 1 else deque() for n, c in zip(names, counts, strict=True)]
+    queue: deque[tuple[str, int, float]] = deque(("job", i, 0.0) for i in range(len(names)))
+    events: list[tuple[float, int, str, int]] = [(0.0, k, "free", -1) for k in range(SLOTS)]
+    order, end = itertools.count(SLOTS), 0.0
+    while events:
+        at, _n, kind, job = heapq.heappop(events)
+        if kind == "take":
+            if pools[job]:
+                heapq.heappush(events, (at + pools[job].popleft(), next(order), "take", job))
+                continue
+            end = max(end, at)
+            kind = "free"
+        if kind == "free" and queue:
+            what, i, ready = queue.popleft()
+            at = max(at, ready)
+            if what == "job" and counts[i] <= 1:
+                done = at + START_S + sum(four[names[i]].values())
+                end = max(end, done)
+                heapq.heappush(events, (done, next(order), "free", -1))
+            elif what == "job":
+                queue.extend(("shard", i, at + FAN_OUT_S) for _ in range(counts[i]))
+                heapq.heappush(events, (at + FAN_OUT_S, next(order), "free", -1))
+            elif pools[i]:
+                heapq.heappush(events, (at + START_S, next(order), "take", i))
+            else:
+                heapq.heappush(events, (at, next(order), "free", -1))
+    return end
+
+
+def first_push_taken(names: list[str], four: dict[str, dict[str, float]], one_wall: float) -> None:
+    cuts = ", ".join(f"{label} {taken(names, four, (SLOTS,) * len(names), cut) / one_wall:.3f} x"
+                     for label, cut in (("as built (a model over half a fair share cut)", 2),
+                                        ("over a quarter cut", 4), ("models never cut", 0)))
+    print(f"  {'first push, taken':28} {SLOTS} shards a job; {cuts}")
+
+
 def pairs(report: dict) -> list[tuple[str, dict, dict]]:
     found = []
     for phase in ("cold", "warm"):
@@ -132,6 +196,7 @@ def main(paths: list[Path]) -> int:
                       f"records, {again['wall_s']:.1f} s  {again['wall_s'] / one['wall_s']:.3f} x")
             if all(n in SHARE_PRIOR for n in names):
                 first_push(names, records, measured, one["wall_s"])
+                first_push_taken(names, measured, one["wall_s"])
     return 0
 
 

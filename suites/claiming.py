@@ -69,9 +69,10 @@ class Claiming:
 
     def _taken(self, session: pytest.Session) -> Iterator[pytest.Item]:
         while (unit := self.take()) != NO_UNIT_LEFT:
-            for item in self.units[unit]:
-                session.items.append(item)  # what the session ran, as the device context and bisection read it
-                yield item
+            # The session's tests, as the device context (what a lost context leaves to a continuation), bisection
+            # and the progress read them: every test of a unit this shard was given, from when it is given.
+            session.items.extend(self.units[unit])
+            yield from self.units[unit]
 
     def pytest_runtestloop(self, session: pytest.Session) -> bool:
         """pytest's own loop (src/_pytest/main.py) over the tests as they are taken: each test runs knowing the next

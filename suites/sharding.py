@@ -137,6 +137,8 @@ class Selection:
         if len(mine) != len(items):
             self.emptied = not mine
             items[:] = mine
+        if self.plan is not None and self.plan.get("dynamic") and self.grants is None:
+            return  # a continuation: the first process's selection.json says what the shard took
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.record = {"index": index, "count": count, "selected": len(mine),
                        "order": [item.nodeid for item in kept], "not_affected": [item.nodeid for item in left]}

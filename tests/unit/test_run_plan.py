@@ -141,12 +141,21 @@ def test_a_push_takes_its_count_from_its_runs_plan_and_a_pull_request_from_its_o
         lifecycle.plan(store, run, [lifecycle.new_job(run, w.name, "cpu", 60) for w in work], None)
         counts = {job.suite: plan_for(ctx, run, job)[0] for job in store.jobs_of(run.id)}
         assert [counts[w.name] for w in work] == expected, trigger
-    # A push with a suite that has no record yet: its run's work is unknown, so every job keeps the per-job rule.
+    # A push with a suite that has no record yet: its run's work is unknown, so every job keeps the per-job rule, and
+    # the one without records (its shards take their tests while they run) two shards a slot over the run's 7 jobs.
     run = _run(store, "push", "d")
     lifecycle.plan(store, run, [lifecycle.new_job(run, w.name, "cpu", 60) for w in work]
                    + [lifecycle.new_job(run, "ops", "cpu", 60)], None)
     counts = {job.suite: plan_for(ctx, run, job)[0] for job in store.jobs_of(run.id)}
-    assert [counts[w.name] for w in work] == rule and counts["ops"] == 4
+    assert [counts[w.name] for w in work] == rule and counts["ops"] == 2
+    # A repository's first push: no job has records; six jobs on four slots take two shards each, one job alone four.
+    fresh = Store(f"sqlite:///{tmp_path / 'fresh.db'}")
+    ctx = _context(tmp_path, fresh)
+    for suites, expected in ((["autograd", "correctness", "freezing", "fusion", "layout", "passes"], 2),
+                             (["correctness"], 4)):
+        run = _run(fresh, "push", "a" if len(suites) > 1 else "b")
+        lifecycle.plan(fresh, run, [lifecycle.new_job(run, suite, "cpu", 60) for suite in suites], None)
+        assert [plan_for(ctx, run, job) for job in fresh.jobs_of(run.id)] == [(expected, {})] * len(suites)
 
 
 def test_a_jobs_infinite_or_huge_durations_cannot_break_the_next_pushs_plan(tmp_path: Path) -> None:
