@@ -17,7 +17,8 @@ replay: each job cut as its plugin cuts (`suites/shard_plan.py` split by the one
 first push; a test's model group approximated by its parameter id's first part), each piece taking 8 s to start and
 its tests' times as the four-slot push measured them, the queue as `run_plan.makespan` simulates it. The replay of
 the cut the push ran, against its measured wall, is printed as the model's bias; "corrected" subtracts it (not from
-the first push's lines, which are plain replays).
+the first push's lines, which are plain replays). `first push, taken`: the same first push with its shards taking
+their tests while they run (suites/claiming.py), at one shard a slot for each job and at two a slot over the run.
 
 Run from the repository root: `python -m bench.run_plan_replay [SHARDS_JSON ...]` (default: the run-plan records in
 bench/records/).
@@ -28,13 +29,14 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import math
 import re
 import sys
 from collections import deque
 from pathlib import Path
 
 from service.jobs.run_plan import FAN_OUT_S, Work, choose, makespan
-from service.jobs.shard_plan import shard_count
+from service.jobs.shard_plan import PIECES_PER_SLOT, shard_count
 from suites.shard_plan import split
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,10 +153,13 @@ def taken(names: list[str], four: dict[str, dict[str, float]], counts: tuple[int
 
 
 def first_push_taken(names: list[str], four: dict[str, dict[str, float]], one_wall: float) -> None:
-    cuts = ", ".join(f"{label} {taken(names, four, (SLOTS,) * len(names), cut) / one_wall:.3f} x"
-                     for label, cut in (("as built (a model over half a fair share cut)", 2),
-                                        ("over a quarter cut", 4), ("models never cut", 0)))
-    print(f"  {'first push, taken':28} {SLOTS} shards a job; {cuts}")
+    """A first push whose shards take their tests while they run: one shard a slot for every job (what ran first) and
+    two shards a slot over the run's jobs (service/jobs/shard_plan.py PIECES_PER_SLOT, the default)."""
+    ends = []
+    for label, count in (("a shard a slot for each job", SLOTS),
+                         ("two a slot over the run", max(1, math.ceil(PIECES_PER_SLOT * SLOTS / len(names))))):
+        ends.append(f"{label} ({count} each) {taken(names, four, (count,) * len(names)) / one_wall:.3f} x")
+    print(f"  {'first push, taken':28} {', '.join(ends)}")
 
 
 def pairs(report: dict) -> list[tuple[str, dict, dict]]:

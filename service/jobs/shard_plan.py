@@ -24,7 +24,7 @@ def reachable(recorded: Mapping[str, tuple[float, tuple[str, ...]]], left: Colle
 
 # A job without recorded times takes its tests while it runs (suites/claiming.py): its shards need not split its
 # work evenly, only keep the slots fed, so the run as a whole gets this many shards per slot, each job an equal part.
-# Replayed on six GPU records of the real-model sample (bench/run_plan_replay.py, "first push, taken"), two a slot
+# Replayed on five cold GPU records of the real-model sample (bench/run_plan_replay.py, "first push, taken"), two a slot
 # (two shards for each of six jobs on four slots) ends 0.32-0.37 x one slot cold where one shard per slot for every
 # job (24 starts) ends 0.38-0.41 x: each shard pays a start.
 PIECES_PER_SLOT = 2
