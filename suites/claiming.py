@@ -32,9 +32,12 @@ class NoAnswer(RuntimeError):
 
 
 class Claiming:
-    def __init__(self, config: pytest.Config, grants: Path, units: list[list[pytest.Item]]) -> None:
+    def __init__(self, config: pytest.Config, grants: Path, units: list[list[pytest.Item]],
+                 first: list[pytest.Item] | None = None, asked: int = 0) -> None:
+        """`first`, `asked`: a continuation's (its earlier process lost its device): the tests that process had taken
+        and left, run before any other, and how many requests it made (the next is numbered after them)."""
         self.config, self.grants, self.units = config, grants, units
-        self.asked = 0
+        self.first, self.asked = first or [], asked
 
     def take(self) -> int:
         """The index of the next unit this shard runs, or NO_UNIT_LEFT."""
@@ -68,6 +71,8 @@ class Claiming:
             return unit
 
     def _taken(self, session: pytest.Session) -> Iterator[pytest.Item]:
+        session.items.extend(self.first)
+        yield from self.first
         while (unit := self.take()) != NO_UNIT_LEFT:
             # The session's tests, as the device context (what a lost context leaves to a continuation), bisection
             # and the progress read them: every test of a unit this shard was given, from when it is given.

@@ -29,6 +29,9 @@ import pytest
 
 CONTINUE_FILE_ENV = "COMPILE_CI_CONTINUE_FILE"  # where a session that lost its device writes the tests left
 CONTINUE_ONLY_ENV = "COMPILE_CI_CONTINUE_ONLY"  # a continuation: the file of node ids it runs, in that order
+# Registered (as a name) by a shard that takes its tests while it runs when it is a continuation: it runs the tests
+# its earlier process had taken and left first, then takes more (suites/sharding.py), so nothing is filtered here.
+RESUMES_TAKING = "compile-ci-resumes-taking"
 MAX_PROCESSES = 16
 
 
@@ -91,7 +94,7 @@ class ContextWatch:
     @pytest.hookimpl(trylast=True)  # after the sharding and selection plugins chose the session's tests
     def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
         only = os.environ.get(CONTINUE_ONLY_ENV)
-        if not only:
+        if not only or config.pluginmanager.has_plugin(RESUMES_TAKING):
             return
         wanted = json.loads(Path(only).read_text())
         order = {nodeid: position for position, nodeid in enumerate(wanted)}

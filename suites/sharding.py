@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from .claiming import Claiming
-from .device_context import CONTINUE_ONLY_ENV
+from .device_context import CONTINUE_ONLY_ENV, RESUMES_TAKING
 from .shard_plan import (
     BUILTIN_SPEC,
     CORPUS_GROUP,
@@ -101,11 +101,14 @@ def units(items: list[pytest.Item], durations: dict[str, float], count: int) -> 
 
 class Selection:
     def __init__(self, output_dir: Path, plan: dict[str, Any] | None, not_affected: frozenset[str],
-                 grants: Path | None = None) -> None:
+                 grants: Path | None = None, resume: list[str] | None = None) -> None:
         self.output_dir, self.plan, self.not_affected = output_dir, plan, not_affected
-        self.grants = grants  # a dynamic plan's: where the worker answers (None: a fixed share, or a continuation)
+        self.grants = grants  # a dynamic plan's: where the worker answers (None: a fixed share)
+        self.resume = resume  # a dynamic shard's continuation: the tests its earlier process had taken and left
         self.emptied = False
         self.record: dict[str, Any] = {}
+        self.claiming: Claiming | None = None
+        self.earlier: dict[str, Any] = {}  # a continuation's: what its shard's earlier process wrote
 
     def _unaffected(self, item: pytest.Item) -> bool:
         specs = target_specs(item)
@@ -121,11 +124,13 @@ class Selection:
             index, count = int(self.plan.get("index", 0)), int(self.plan.get("count", 1))
             durations = self.plan.get("durations") or {}
             if self.grants is not None:  # taken while it runs: the session starts with none of them
-                config.pluginmanager.register(Claiming(config, self.grants, units(kept, durations, count)),
-                                              "compile-ci-claiming")
+                earlier = self.earlier = self._earlier() if self.resume is not None else {}
+                wanted = {nodeid: i for i, nodeid in enumerate(self.resume or ())}
+                first = sorted((i for i in kept if i.nodeid in wanted), key=lambda i: wanted[i.nodeid])
+                asked = earlier.get("asked") if isinstance(earlier.get("asked"), int) else 0
+                self.claiming = Claiming(config, self.grants, units(kept, durations, count), first, asked)
+                config.pluginmanager.register(self.claiming, "compile-ci-claiming")
                 mine = []
-            elif self.plan.get("dynamic"):
-                mine = kept  # a continuation: the device context keeps the tests its first process left
             else:
                 shard_of = split([item.nodeid for item in kept], durations, count, [model_key(i) for i in kept])
                 mine = [item for item, shard in zip(kept, shard_of, strict=True) if shard == index]
@@ -137,8 +142,6 @@ class Selection:
         if len(mine) != len(items):
             self.emptied = not mine
             items[:] = mine
-        if self.plan is not None and self.plan.get("dynamic") and self.grants is None:
-            return  # a continuation: the first process's selection.json says what the shard took
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.record = {"index": index, "count": count, "selected": len(mine),
                        "order": [item.nodeid for item in kept], "not_affected": [item.nodeid for item in left]}
@@ -148,10 +151,20 @@ class Selection:
         # A shard whose share is empty, or a job whose every test is left to its base, ran nothing on purpose.
         if self.emptied and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
             session.exitstatus = pytest.ExitCode.OK
-        if self.grants is not None and self.record:  # what it took: the service checks every test was taken
-            taken = [item.nodeid for item in session.items]
-            (self.output_dir / SELECTION_FILE).write_text(json.dumps({**self.record, "selected": len(taken),
-                                                                      "taken": taken}))
+        if self.claiming is not None and self.record:  # what it took: the service checks every test was taken
+            before = self.earlier.get("taken", [])
+            taken = list(dict.fromkeys([*(before if isinstance(before, list) else []),
+                                        *(item.nodeid for item in session.items)]))
+            (self.output_dir / SELECTION_FILE).write_text(json.dumps({
+                **self.record, "selected": len(taken), "taken": taken, "asked": self.claiming.asked}))
+
+    def _earlier(self) -> dict[str, Any]:
+        """What this shard's earlier process wrote (a continuation's: what was taken, how many requests were made)."""
+        try:
+            data = json.loads((self.output_dir / SELECTION_FILE).read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
 
 
 def register(config: pytest.Config, output_dir: Path) -> None:
@@ -168,10 +181,12 @@ def register(config: pytest.Config, output_dir: Path) -> None:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     chosen = frozenset(s for s in specs if isinstance(s, str)) if isinstance(specs, list) else frozenset()
-    grants = None
-    if plan is not None and plan.get("dynamic") and not os.environ.get(CONTINUE_ONLY_ENV):
-        # (a continuation runs the tests its first process had taken and left, named by the device context)
+    grants, resume = None, None
+    if plan is not None and plan.get("dynamic"):
         if not os.environ.get(GRANTS_ENV):
             raise pytest.UsageError(f"a shard plan that takes its tests while it runs needs {GRANTS_ENV}")
         grants = Path(os.environ[GRANTS_ENV])
-    config.pluginmanager.register(Selection(output_dir, plan, chosen, grants), "compile-ci-selection")
+        if os.environ.get(CONTINUE_ONLY_ENV):  # its earlier process lost its device: its tests left, then more
+            resume = [str(n) for n in json.loads(Path(os.environ[CONTINUE_ONLY_ENV]).read_text())]
+            config.pluginmanager.register(object(), RESUMES_TAKING)
+    config.pluginmanager.register(Selection(output_dir, plan, chosen, grants, resume), "compile-ci-selection")

@@ -116,6 +116,61 @@ def test_no_time_left_for_a_new_process_reports_the_tests_left_as_not_run(tmp_pa
     assert run.returncode == 1
 
 
+def test_a_shard_that_takes_its_tests_goes_on_taking_them_after_a_trap(tmp_path: Path, redis_url: str) -> None:
+    """A first push's shard takes its tests while it runs (suites/claiming.py). When a test traps, the fresh process
+    runs the tests its shard had taken and left, then goes on taking (its requests numbered after the lost process's,
+    answered by the same counter): every test judged once, and the shard says it took every one. Traps drawn at
+    random, seeded and printed."""
+    import os
+    import subprocess
+    import sys
+    import xml.etree.ElementTree as ET
+
+    from runners.grants import GrantChannel, GrantTap
+    from service.jobs.shard_merge import untaken_of
+    from service.planning.selection import read_selection, shard_env
+    from service.store.claims import Claims
+    from suites.shard_plan import GRANTS_ENV
+
+    from .suite_run import _JOB_VARIABLES, REPO
+
+    seed = random.randrange(2**32)
+    print(f"seed {seed}")
+    names = [f"test_{i}" for i in range(6)]
+    draw = random.Random(seed)
+    traps = {"test_1"} | {name for name in names[2:] if draw.random() < 0.25}
+    checkout = _repo(tmp_path / "repo", traps, names)
+    work, grants, scratch = tmp_path / "work", tmp_path / "grants", tmp_path / "tmp"
+    for folder in (work, grants, scratch):
+        folder.mkdir()
+    out = work / "out"
+    env = {key: value for key, value in os.environ.items() if key not in (*_JOB_VARIABLES, "COMPILE_CI_RERUNS")}
+    env.update({"PYTHONPATH": os.pathsep.join([str(REPO), str(checkout)]), "TMPDIR": str(scratch),
+                "COMPILE_CI_DEVICE": "cpu", "COMPILE_CI_CHECKOUT": str(checkout), "COMPILE_CI_OUTPUT_DIR": str(out),
+                GRANTS_ENV: str(grants), **shard_env(0, 2, {}, dynamic=True)})
+    claims = Claims(redis_url, 3600)
+    printed = bytearray()
+    tap = GrantTap(type("Log", (), {"write": lambda _self, chunk: printed.extend(chunk)})(),
+                   GrantChannel(grants, lambda request, units: claims.grant_unit("job:1", 0, request, units)))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "suites.pytest_entry", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin", "-o",
+         "junit_family=xunit1", f"--junitxml={out / 'junit.xml'}", "--rootdir", str(checkout), str(checkout / "tests")],
+        cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    while chunk := proc.stdout.read1(4096):  # type: ignore[attr-defined]
+        tap.write(chunk)
+    proc.wait(timeout=300)
+    # The job's JUnit file, which the continuation merged its tests into.
+    cases = {case.get("name", ""): case for case in ET.parse(out / "junit.xml").getroot().iter("testcase")}
+    run = RepoRun(proc.returncode, printed.decode(errors="replace"), out, cases)
+    assert sorted(cases) == names, f"seed {seed}, traps {sorted(traps)}: {run.describe()}"
+    for name in names:
+        assert run.outcome(name) == ("failed" if name in traps else "passed"), f"seed {seed}: {name}"
+    assert _pid(run, "test_0") == _pid(run, "test_1") != _pid(run, "test_5")
+    selection = read_selection(out)
+    assert sorted(n.split("::")[-1] for n in selection.taken or ()) == names and untaken_of([selection]) == ""
+
+
 def test_any_set_of_traps_judges_every_test_once_in_its_own_order(tmp_path: Path) -> None:
     """The property, sampled: whichever tests trap, each test is reported once, in the order it was collected,
     trapping ones failed, every other passed, each ran in a process whose device had not been lost before it."""
