@@ -19,7 +19,7 @@ import docker.types
 import requests
 
 from runners.docker_container import OUTPUT_MOUNT, RUNNER_UID, holder_config, output_volume_options
-from runners.grants import Sink
+from runners.grants import GrantChannel, Sink, tapped
 from runners.layer_cap import LayerWatch
 from runners.outbox import PROGRESS_EVERY_S, PROGRESS_FILE, PROGRESS_LIMIT, OutputReport, collect_tar, publish_progress
 from runners.protocol import RunSpec, ShouldCancel
@@ -147,7 +147,9 @@ def image_files(client: Any, image: str, path: str, labels: dict[str, str]) -> I
         holder.remove(force=True)
 
 
-def pump_logs(container: Any, log: Sink) -> None:
+def pump_logs(container: Any, log: Sink, grants: GrantChannel | None = None) -> None:
+    """What the job prints into its log, and its requests for tests answered on the way (runners/grants.py)."""
+    log = tapped(log, grants)
     stream = None
     try:
         stream = container.logs(stream=True, follow=True, stdout=True, stderr=True)

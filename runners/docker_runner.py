@@ -46,7 +46,6 @@ from runners.docker_engine import (
     wait,
 )
 from runners.docker_output import OutputVolume, first_line, image_files, pump_logs, ticking
-from runners.grants import tapped
 from runners.job_log import LogSink
 from runners.layer_cap import LayerWatch
 from runners.protocol import RunResult, RunSpec, ShouldCancel
@@ -154,7 +153,7 @@ class DockerRunner:
             if self.prestarts is not None and upcoming is not None and not rules.eligible(upcoming, self.python):
                 self.prestarts.make_later(upcoming, part, self._config)  # for the next pull-request job like this one
             with LogSink(spec.log_path, spec.log_mb << 20) as log:
-                pump = threading.Thread(target=pump_logs, args=(container, tapped(log, spec.grants)), daemon=True)
+                pump = threading.Thread(target=pump_logs, args=(container, log, spec.grants), daemon=True)
                 pump.start()
                 outcome = wait(container, spec.timeout_s, ticking(output, watch, should_cancel))
                 if outcome.kind != "exited":
