@@ -89,11 +89,13 @@ def units(items: list[pytest.Item], durations: dict[str, float], count: int) -> 
     pieces: list[list[pytest.Item]] = []
     for members in groups.values():
         piece: list[pytest.Item] = []
+        load = 0.0
         for item in members:
-            if piece and sum(weight[id(i)] for i in piece) + weight[id(item)] > limit:
+            if piece and load + weight[id(item)] > limit:
                 pieces.append(piece)
-                piece = []
+                piece, load = [], 0.0
             piece.append(item)
+            load += weight[id(item)]
         pieces.append(piece)
     position = {id(item): index for index, item in enumerate(items)}
     return sorted(pieces, key=lambda p: (-sum(weight[id(i)] for i in p), position[id(p[0])]))

@@ -23,6 +23,23 @@ UNACKED_INDEX = "unacked_index"  # delivery tag -> when a worker took it
 # A lock lives this long unless its holder's keeper thread extends it (every third of it): a killed holder's lock
 # is free again within seconds, a live holder keeps it however long its GitHub calls take.
 LOCK_TTL_S = 10.0
+# Claims.grant_unit, atomic: KEYS units, next, the shard's answers; ARGV request, units, ttl -> {units known, unit}.
+GRANT_SCRIPT = """
+local given = redis.call('LINDEX', KEYS[3], ARGV[1])
+local known = redis.call('GET', KEYS[1])
+if not known then
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
+  known = ARGV[2]
+end
+if given then return {known, given} end
+if tonumber(known) ~= tonumber(ARGV[2]) then return {known, -1} end
+local unit = redis.call('INCR', KEYS[2]) - 1
+redis.call('EXPIRE', KEYS[2], ARGV[3])
+if unit >= tonumber(ARGV[2]) then return {known, -1} end
+redis.call('RPUSH', KEYS[3], unit)
+redis.call('EXPIRE', KEYS[3], ARGV[3])
+return {known, unit}
+"""
 
 
 class KeptLock:
@@ -63,6 +80,7 @@ class KeptLock:
 class Claims:
     def __init__(self, redis_url: str, ttl_seconds: int, lock_ttl_s: float = LOCK_TTL_S) -> None:
         self._redis = redis.Redis.from_url(redis_url)
+        self._grant = self._redis.register_script(GRANT_SCRIPT)
         self._ttl = ttl_seconds
         self._lock_ttl = lock_ttl_s
 
@@ -121,23 +139,15 @@ class Claims:
     def grant_unit(self, attempt: str, shard: int, request: int, units: int) -> int:
         """The unit of tests a shard's `request` is given (suites/claiming.py): the one its shard's earlier attempt
         was given for that request, else the job attempt's next; -1 once none is left. Units are counted from one
-        counter per job attempt (INCR: never given twice, whichever worker asks); ValueError when the shard cut its
-        tests into another number of units than its siblings did."""
+        counter per job attempt, never given twice whichever worker asks, and each shard's answers are kept in order,
+        in one script (a worker killed between the count and the record would lose a unit); ValueError when the
+        shard cut its tests into another number of units than its siblings did."""
         base = f"compile-ci:grants:{attempt}"
-        given = self._redis.lindex(f"{base}:shard:{shard}", request)
-        if given is not None:
-            return int(given)
-        if not self._redis.set(f"{base}:units", units, nx=True, ex=self._ttl):
-            known = self._redis.get(f"{base}:units")
-            if known is not None and int(known) != units:
-                raise ValueError(f"this shard cut its tests into {units} units, a shard before it into {int(known)}")
-        unit = int(self._redis.incr(f"{base}:next")) - 1
-        self._redis.expire(f"{base}:next", self._ttl)
-        if unit >= units:
-            return -1
-        self._redis.rpush(f"{base}:shard:{shard}", unit)
-        self._redis.expire(f"{base}:shard:{shard}", self._ttl)
-        return unit
+        known, unit = self._grant(keys=[f"{base}:units", f"{base}:next", f"{base}:shard:{shard}"],
+                                  args=[request, units, self._ttl])
+        if int(known) != units:
+            raise ValueError(f"this shard cut its tests into {units} units, a shard before it into {int(known)}")
+        return int(unit)
 
     def nothing_left(self, attempt: str, shard: int) -> bool:
         """Whether every unit of the job attempt was given before this shard was given any: it has nothing to run."""
