@@ -18,7 +18,8 @@ first push; a test's model group approximated by its parameter id's first part),
 its tests' times as the four-slot push measured them, the queue as `run_plan.makespan` simulates it. The replay of
 the cut the push ran, against its measured wall, is printed as the model's bias; "corrected" subtracts it (not from
 the first push's lines, which are plain replays). `first push, taken`: the same first push with its shards taking
-their tests while they run (suites/claiming.py), at one shard a slot for each job and at two a slot over the run.
+their tests while they run (suites/claiming.py), at one shard a slot for each job and at two a slot over the run, in
+the suites' order and with the heaviest suite queued first (service/jobs/queue_order.py, what a first push does).
 
 Run from the repository root: `python -m bench.run_plan_replay [SHARDS_JSON ...]` (default: the run-plan records in
 bench/records/).
@@ -35,6 +36,7 @@ import sys
 from collections import deque
 from pathlib import Path
 
+from service.jobs.queue_order import SUITE_WEIGHT, UNKNOWN_WEIGHT
 from service.jobs.run_plan import FAN_OUT_S, Work, choose, makespan
 from service.jobs.shard_plan import PIECES_PER_SLOT, shard_count
 from suites.shard_plan import split
@@ -156,9 +158,12 @@ def first_push_taken(names: list[str], four: dict[str, dict[str, float]], one_wa
     """A first push whose shards take their tests while they run: one shard a slot for every job (what ran first) and
     two shards a slot over the run's jobs (service/jobs/shard_plan.py PIECES_PER_SLOT, the default)."""
     ends = []
-    for label, count in (("a shard a slot for each job", SLOTS),
-                         ("two a slot over the run", max(1, math.ceil(PIECES_PER_SLOT * SLOTS / len(names))))):
+    two = max(1, math.ceil(PIECES_PER_SLOT * SLOTS / len(names)))
+    for label, count in (("a shard a slot for each job", SLOTS), ("two a slot over the run", two)):
         ends.append(f"{label} ({count} each) {taken(names, four, (count,) * len(names)) / one_wall:.3f} x")
+    heaviest = sorted(names, key=lambda n: -SUITE_WEIGHT.get(n, UNKNOWN_WEIGHT))  # service/jobs/queue_order.py
+    end = taken(heaviest, four, (two,) * len(names))
+    ends.append(f"two a slot, heaviest suite queued first (the default) {end / one_wall:.3f} x")
     print(f"  {'first push, taken':28} {', '.join(ends)}")
 
 

@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 from typing import Protocol
 
+from bench.shard_phases import shard_phases
 from service.devkit.sandbox.stack import INSTALLATION_ID
 from service.jobs import lifecycle
 from service.jobs.lifecycle import Conclusion, Outcome
@@ -21,6 +22,7 @@ FULL_NAME = "bench/model-zoo"
 
 class HasStore(Protocol):
     store: Store
+    settings: object
 
 
 def run_wall(jobs: list[Job]) -> float:
@@ -44,7 +46,9 @@ def job_figures(zoo: HasStore, job: Job, t0: datetime.datetime | None = None) ->
         busy = sum(r.duration_s for r in tests)
         shards.append({"wall_s": shard.duration_s or 0.0, "tests": len(tests), "tests_s": busy,
                        "overhead_s": (shard.duration_s or 0.0) - busy, "start_s": _offset(shard.started_at, t0),
-                       "end_s": _offset(shard.finished_at, t0)})
+                       "end_s": _offset(shard.finished_at, t0),
+                       "phases": shard_phases(_attempt_dir(zoo, job) / "shards" / str(shard.index), shard.started_at,
+                                              shard.finished_at)})
     return {"suite": job.suite, "conclusion": job.conclusion, "title": job.title, "wall_s": job.duration_s or 0.0,
             "start_s": _offset(job.started_at, t0), "end_s": _offset(job.finished_at, t0),
             "each_test": [[r.nodeid, r.shard, round(r.duration_s, 3)] for r in results],
@@ -53,6 +57,11 @@ def job_figures(zoo: HasStore, job: Job, t0: datetime.datetime | None = None) ->
             "shards": shards, "detail": job.detail[:600] if job.conclusion != "success" else "",
             "failures": [f"{r.nodeid} (shard {r.shard}): {r.message[:1500]}" for r in results
                          if r.outcome in ("failed", "error")]}
+
+
+def _attempt_dir(zoo: HasStore, job: Job) -> Path:
+    artifacts = getattr(zoo.settings, "artifacts_dir", Path("/nonexistent"))
+    return Path(artifacts) / job.run_id / job.id / str(job.attempt)
 
 
 def describe(zoo: HasStore, jobs: list[Job]) -> tuple[str, dict[str, object]]:
@@ -64,7 +73,9 @@ def describe(zoo: HasStore, jobs: list[Job]) -> tuple[str, dict[str, object]]:
                  f"{job['not_affected']} from the base ({job['title']})")
         for index, shard in enumerate(job["shards"]):
             line += (f"\n    shard {index + 1}/{len(job['shards'])}: {shard['wall_s']:.1f} s, {shard['tests']} tests "
-                     f"taking {shard['tests_s']:.1f} s, overhead {shard['overhead_s']:.1f} s")
+                     f"taking {shard['tests_s']:.1f} s, overhead {shard['overhead_s']:.1f} s"
+                     + (f" (phases: {', '.join(f'{k} {v:.2f}' for k, v in shard['phases'].items())})"
+                        if shard.get("phases") else ""))
         if not job["shards"]:
             line += f"\n    whole: tests take {job['tests_s']:.1f} s"
         if job["detail"]:

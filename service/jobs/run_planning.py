@@ -11,6 +11,7 @@ from service.github.markdown import code_block
 from service.jobs import lifecycle, plan_retries
 from service.jobs.context import WorkerContext
 from service.jobs.lifecycle import Conclusion, Gate, JobState, RunState
+from service.jobs.queue_order import queue_order
 from service.planning import base_runs, torch_matrix
 from service.planning.plan import PlannedJob, builtin_suites, default_devices, job_queue, plan_jobs, served_queues
 from service.repo_config import CONFIG_FILE, default_config, parse_repo_config
@@ -44,11 +45,11 @@ def plan_run(ctx: WorkerContext, run_id: str, retry_of: int | None = None) -> No
         if not _plan(ctx, run):
             return  # the head could not be fetched: a retry is scheduled, or another planner has it
     if run.trigger in INTERNAL_TRIGGERS:  # a base run or the canary: no check runs, and behind every head job
-        for job in ctx.store.jobs_of(run.id):
+        for job in queue_order(ctx, run, ctx.store.jobs_of(run.id)):
             if job.state == JobState.QUEUED:
                 ctx.queue.run_job(job.id, job_queue(job.suite, job.device), low=True)
         return
-    for job in ctx.store.jobs_of(run.id):
+    for job in queue_order(ctx, run, ctx.store.jobs_of(run.id)):
         # A job shown while its head could not be fetched has its check run, which now says how it was planned.
         if job.check_run_id is None or (job.state == JobState.COMPLETED and job.reported != JobState.COMPLETED):
             # Created here, before the job can be started: every check run shows "queued" first. A GitHub error

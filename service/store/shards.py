@@ -122,3 +122,12 @@ def _bounded(seconds: object) -> float:
     except (TypeError, ValueError):
         return 0.0
     return min(value, MAX_TEST_SECONDS) if math.isfinite(value) and value > 0 else 0.0
+
+
+def has_records(store: Store, repo: str, suite: str, device: str) -> bool:
+    """Whether `recorded_tests` would find a finished job to take times from (without reading its results)."""
+    found = (select(Job.id).join(Run, Run.id == Job.run_id)
+             .where(Run.repo_full_name == repo, Job.suite == suite, Job.device == device, Job.state == "completed",
+                    Job.conclusion.in_(("success", "failure"))).limit(1))
+    with store.session() as s:
+        return s.execute(found).first() is not None

@@ -182,3 +182,23 @@ def test_a_jobs_infinite_or_huge_durations_cannot_break_the_next_pushs_plan(tmp_
     lifecycle.plan(store, run, [lifecycle.new_job(run, w.name, "cpu", 60) for w in hostile], None)
     counts = {job.suite: plan_for(ctx, run, job)[0] for job in store.jobs_of(run.id)}
     assert all(1 <= count <= 4 for count in counts.values()), counts
+
+
+def test_a_first_push_queues_its_heaviest_suite_first_and_a_push_with_records_keeps_the_plans_order(
+        tmp_path: Path) -> None:
+    from service.jobs.queue_order import queue_order
+
+    six = ["autograd", "correctness", "freezing", "fusion", "layout", "passes"]
+    fresh = Store(f"sqlite:///{tmp_path / 'fresh.db'}")
+    run = _run(fresh, "push", "a")
+    lifecycle.plan(fresh, run, [lifecycle.new_job(run, suite, "cpu", 60) for suite in six + ["custom"]], None)
+    order = [job.suite for job in queue_order(_context(tmp_path, fresh), run, fresh.jobs_of(run.id))]
+    # Longest first by the suites' weight; a suite the weights do not know sits with the middle ones.
+    assert order == ["correctness", "autograd", "freezing", "custom", "passes", "layout", "fusion"]
+    # Once any of them has records the run plan chooses counts for the store's order, so that is the queue's.
+    store = Store(f"sqlite:///{tmp_path / 'ci.db'}")
+    _record(store, [Work("fusion", {"t::a": 1.0})])
+    run = _run(store, "push", "b")
+    lifecycle.plan(store, run, [lifecycle.new_job(run, suite, "cpu", 60) for suite in six], None)
+    jobs = store.jobs_of(run.id)
+    assert queue_order(_context(tmp_path, store), run, jobs) == jobs and [j.suite for j in jobs] == six
