@@ -206,6 +206,21 @@ def main() -> int:
     return 0
 
 
+def keep_logs(zoo: Zoo, jobs: list[Job], out: Path | None, nth: int) -> None:
+    """Each shard's log and its times (log.txt, log.times) into `out`/logs/<nth run>/<suite>-<shard>/: where the
+    phases of shards.json came from."""
+    if out is None:
+        return
+    for job in jobs:
+        attempt = zoo.settings.artifacts_dir / job.run_id / job.id / str(job.attempt)
+        for shard in sorted((attempt / "shards").glob("*")) or [attempt]:
+            dest = out / "logs" / str(nth) / (f"{job.suite}-{shard.name}" if shard != attempt else job.suite)
+            dest.mkdir(parents=True, exist_ok=True)
+            for name in ("log.txt", "log.times"):
+                if (shard / name).is_file():
+                    shutil.copyfile(shard / name, dest / name)
+
+
 def write_report(out: Path | None, report: dict[str, object]) -> None:
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -220,6 +235,7 @@ def measure(args: argparse.Namespace, zoo: Zoo, settings: Settings, declared: Re
         line, figures = describe(zoo, jobs)
         runs.append({"kind": kind, "workers": workers, **figures})
         print(f"{kind}, {workers} {args.device} worker slot(s): {line}", flush=True)
+        keep_logs(zoo, jobs, args.out, len(runs))
         write_report(args.out, report)  # as each run ends: a later failure keeps what was measured
         return float(figures["wall_s"])  # type: ignore[arg-type]
 
