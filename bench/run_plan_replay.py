@@ -122,11 +122,13 @@ def units(times_of: dict[str, float], count: int, cut: int = 2) -> list[float]:
 
 def taken(names: list[str], four: dict[str, dict[str, float]], counts: tuple[int, ...], cut: int = 2) -> float:
     """The replayed end of a first push whose shards take their tests while they run (suites/claiming.py): the queue
-    as run_plan.makespan has it (job messages first, a fanned-out job's shards behind them), each shard taking
+    as run_plan.makespan has it (a slot that takes a job message of more than one shard fans it out and runs its first
+    shard; the others are queued when the fan-out ends, ahead of the job messages still waiting), each shard taking
     START_S and then its job's next unit whenever it finishes one, in time order across every running shard; a shard
     that starts after its job's units were all given ends at once (the worker completes it without a runner)."""
     pools = [deque(units(four[n], c, cut)) if c > 1 else deque() for n, c in zip(names, counts, strict=True)]
-    queue: deque[tuple[str, int, float]] = deque(("job", i, 0.0) for i in range(len(names)))
+    jobs: deque[int] = deque(range(len(names)))
+    waiting: deque[tuple[float, int]] = deque()  # shards queued: (ready, job)
     events: list[tuple[float, int, str, int]] = [(0.0, k, "free", -1) for k in range(SLOTS)]
     order, end = itertools.count(SLOTS), 0.0
     while events:
@@ -137,20 +139,20 @@ def taken(names: list[str], four: dict[str, dict[str, float]], counts: tuple[int
                 continue
             end = max(end, at)
             kind = "free"
-        if kind == "free" and queue:
-            what, i, ready = queue.popleft()
-            at = max(at, ready)
-            if what == "job" and counts[i] <= 1:
-                done = at + START_S + sum(four[names[i]].values())
-                end = max(end, done)
-                heapq.heappush(events, (done, next(order), "free", -1))
-            elif what == "job":
-                queue.extend(("shard", i, at + FAN_OUT_S) for _ in range(counts[i]))
-                heapq.heappush(events, (at + FAN_OUT_S, next(order), "free", -1))
-            elif pools[i]:
-                heapq.heappush(events, (at + START_S, next(order), "take", i))
-            else:
-                heapq.heappush(events, (at, next(order), "free", -1))
+        if kind != "free" or not (jobs or waiting):
+            continue
+        if waiting and (waiting[0][0] <= at or not jobs):
+            ready, i = waiting.popleft()
+            heapq.heappush(events, (max(at, ready) + START_S, next(order), "take", i))
+            continue
+        i = jobs.popleft()
+        if counts[i] <= 1:
+            done = at + START_S + sum(four[names[i]].values())
+            end = max(end, done)
+            heapq.heappush(events, (done, next(order), "free", -1))
+        else:
+            waiting.extend((at + FAN_OUT_S, i) for _ in range(counts[i] - 1))
+            heapq.heappush(events, (at + FAN_OUT_S + START_S, next(order), "take", i))
     return end
 
 

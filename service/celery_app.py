@@ -135,9 +135,12 @@ class CeleryQueue:
         # The job id names its torch version (none: the default), and only that version's workers may run it.
         self._app.send_task(RUN_JOB, args=[job_id], queue=queue_for(queue, torch_of_job_id(job_id)), priority=priority)
 
-    def run_shard(self, shard_id: str, device: str, *, first: bool = False, low: bool = False) -> None:
-        """One shard of a sharded job (service/jobs/sharding.py), with a job's places in line, on its torch's queue."""
-        priority = FIRST if first else LOW if low else NORMAL
+    def run_shard(self, shard_id: str, device: str, *, first: bool = False, low: bool = False,
+                  started: bool = False) -> None:
+        """One shard of a sharded job (service/jobs/sharding.py), with a job's places in line, on its torch's queue;
+        `started`: a shard of a job that has just fanned out, ahead of the jobs that have not started (AGAIN's step:
+        behind a lost job's, with the lost messages', ahead of every job queued normally)."""
+        priority = FIRST if first else LOW if low else AGAIN if started else NORMAL
         torch = torch_of_job_id(_SHARD_SUFFIX.sub("", shard_id))
         self._app.send_task(RUN_SHARD, args=[shard_id], queue=queue_for(device, torch), priority=priority)
 

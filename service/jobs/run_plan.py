@@ -8,7 +8,8 @@ longest suite left the other pieces to pack behind them. Here the counts are cho
 queue the worker slots will see (service/jobs/sharding.py):
 
 - the run's job messages in their order (the store's, which the planner enqueues in); a slot takes the next one;
-  a job of one shard runs whole on it, one of more fans out and its shards join the queue behind every job message;
+  a job of one shard runs whole on it, one of more fans out: the slot runs its first shard, and the others join the
+  queue ahead of every job message still waiting (behind the shards queued before them);
 - each piece takes a start (COMPILE_CI_SHARD_START_SECONDS) and the recorded time of its share of the tests, as the
   job's plugin will split them (suites/shard_plan.py: longest first, without the model groups only it can see).
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -64,20 +66,20 @@ def piece_loads(durations: Mapping[str, float], count: int) -> list[float]:
 def makespan(jobs: Sequence[Sequence[float]], slots: int, start_s: float) -> float:
     """When the last piece ends: `jobs[i]` are job i's piece loads, in queue order (see the module's docstring)."""
     free = [0.0] * max(1, slots)
-    end, behind = 0.0, []
-    for pieces in jobs:
+    queue, waiting = deque(jobs), deque[tuple[float, float]]()  # job messages; pieces queued (ready, load)
+    end = 0.0
+    while queue or waiting:
         at = heapq.heappop(free)
-        if len(pieces) == 1:
-            done = at + start_s + pieces[0]
-            end = max(end, done)
-            heapq.heappush(free, done)
+        if waiting and (waiting[0][0] <= at or not queue):  # a started job's piece goes ahead of job messages
+            ready, load = waiting.popleft()
+            done = max(at, ready) + start_s + load
         else:
-            heapq.heappush(free, at + FAN_OUT_S)
-            behind.extend((at + FAN_OUT_S, load) for load in pieces)
-    for ready, load in behind:
-        at = max(heapq.heappop(free), ready)
-        end = max(end, at + start_s + load)
-        heapq.heappush(free, at + start_s + load)
+            pieces = queue.popleft()
+            fanned = at + (FAN_OUT_S if len(pieces) > 1 else 0.0)
+            waiting.extend((fanned, load) for load in pieces[1:])
+            done = fanned + start_s + pieces[0]  # a job of one piece runs whole; of more, its first piece here
+        end = max(end, done)
+        heapq.heappush(free, done)
     return end
 
 

@@ -1,6 +1,7 @@
 """A suite job run as N shards on N workers: the fan-out, one shard's run, and its hand-over to the merge.
 
-    run_job(job): N > 1 (service/jobs/shard_plan.py) -> job running with N queued shards, each its own message
+    run_job(job): N > 1 (service/jobs/shard_plan.py) -> job running with N shards: the slot that fanned it out runs
+        the first, the others are queued, each its own message, ahead of the jobs that have not started
     run_shard(shard): lease -> attempt -> the runner, told its share (suites/sharding.py) -> results -> completed
     the last shard to complete merges them (service/jobs/shard_merge.py) and completes the job: one check run
 
@@ -34,16 +35,25 @@ from service.store.shards import add_shards_if_absent, get_shard, replace_shard_
 log = logging.getLogger(__name__)
 
 
-def run_sharded(ctx: WorkerContext, job_id: str) -> bool:
-    """True when the job is a sharded one (fanned out now, or already running as shards); False: run it whole."""
+NOT_SHARDED = None
+SHARDED = ""
+
+
+def run_sharded(ctx: WorkerContext, job_id: str) -> str | None:
+    """None (NOT_SHARDED): run the job whole. Otherwise it is a sharded one: fanned out now, when the id of its first
+    shard comes back, which the slot that fanned it out runs at once (the others are queued, ahead of the jobs that
+    have not started: a job that started finishes first); SHARDED ("") when it was already running as shards (a
+    redelivered message), which its shards run and the reaper watches. The slot runs the first shard itself so that
+    which shards start first does not depend on which fan-out ended first: four slots that take a run's four first
+    job messages start those jobs' shards, in the queue's order (service/jobs/queue_order.py)."""
     job = ctx.store.get_job(job_id)
     run = ctx.store.get_run(job.run_id) if job else None
     if job is None or run is None or job.state == JobState.COMPLETED:
-        return False
-    if job.state == JobState.RUNNING:
-        return job.shards > 1  # a redelivered message: its shards run it, and the reaper watches them
+        return NOT_SHARDED
+    if job.state == JobState.RUNNING:  # a redelivered message: its shards run it, and the reaper watches them
+        return SHARDED if job.shards > 1 else NOT_SHARDED
     if job.cancel_requested or ctx.store.is_uninstalled(run.repo_full_name):
-        return False  # the whole-job path completes it as it always did
+        return NOT_SHARDED  # the whole-job path completes it as it always did
     decided: list[Decided | affected.Decision] = []  # decided once, asked only when the suite's count would shard
 
     def not_affected() -> tuple[str, ...]:
@@ -52,10 +62,10 @@ def run_sharded(ctx: WorkerContext, job_id: str) -> bool:
 
     count, durations = plan_for(ctx, run, job, not_affected)
     if count <= 1:
-        return False
+        return NOT_SHARDED
     started = lifecycle.start_sharded(ctx.store, job.id, ctx.runner.name, count)
     if started is None:
-        return True  # another worker fanned it out first
+        return SHARDED  # another worker fanned it out first
     job_started(started)
     plan = _plan(ctx, run, started, durations, decided[0] if decided else _decide(ctx, run, started))
     add_shards_if_absent(ctx.store, lifecycle.new_shards(started, json.dumps(plan)))
@@ -64,9 +74,11 @@ def run_sharded(ctx: WorkerContext, job_id: str) -> bool:
     (out / "log.txt").write_text(f"{plan['note']}compile-ci: this attempt runs as {count} shards; their logs follow "
                                  f"here when they end.\n")
     pipeline.tell(lambda: ctx.queue.report_job(job.id))
-    for shard in shards_of(ctx.store, started.id, started.attempt):
-        pipeline.tell(lambda shard=shard: ctx.queue.run_shard(shard.id, job.device, low=run.trigger == "base"))
-    return True
+    first, *others = shards_of(ctx.store, started.id, started.attempt)
+    for shard in others:
+        pipeline.tell(lambda shard=shard: ctx.queue.run_shard(shard.id, job.device, low=run.trigger == "base",
+                                                              started=True))
+    return first.id
 
 
 def attempt_dir(ctx: WorkerContext, run: Run, job: Job) -> Path:

@@ -181,8 +181,11 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
 
     @app.task(name=RUN_JOB, bind=True, shared=False)
     def run_job(self: Task, job_id: str) -> None:
-        if not sharding.run_sharded(ctx, job_id):  # fanned out to shards when the deployment has the workers
+        first = sharding.run_sharded(ctx, job_id)  # fanned out to shards when the deployment has the workers
+        if first is sharding.NOT_SHARDED:
             pipeline.run_job(ctx, job_id)
+        elif first:  # fanned out now: this slot runs the first shard (the others are queued)
+            sharding.run_shard(ctx, first)
 
     @app.task(name=RUN_SHARD, bind=True, shared=False)
     def run_shard(self: Task, shard_id: str) -> None:

@@ -47,11 +47,13 @@ def test_the_real_model_sample_on_four_slots_ends_sooner_with_fewer_shards_than_
     assert choose(work, 1, 4, 30, 8, rule) == [1] * 6  # one slot: nothing to share out
 
 
-def test_the_queue_runs_a_whole_job_where_its_message_stands_and_shards_behind_every_job_message() -> None:
-    # Two slots. Job 0 fans out into two 10 s pieces, job 1 runs whole (30 s): its message is taken at 0 on the
-    # second slot, so the first slot takes both pieces after the fan-out (1 s): 1 + 10 + 10, against job 1's 30.
-    assert makespan([[10.0, 10.0], [30.0]], 2, 0.0) == 30.0
-    assert makespan([[10.0, 10.0], [30.0]], 2, 2.0) == 32.0
+def test_the_slot_that_fans_a_job_out_runs_its_first_piece_and_the_rest_go_ahead_of_the_waiting_jobs() -> None:
+    # Two slots. Job 0 fans out (1 s) into two 10 s pieces: the first slot runs one at once (ends at 11), the other is
+    # queued. The second slot takes job 1's message at 0 (the piece is not queued yet) and runs it whole (5 s); at 5 it
+    # takes the queued piece, ahead of job 2's message (ends at 15); job 2 (20 s) then waits for the first slot: 31.
+    assert makespan([[10.0, 10.0], [5.0], [20.0]], 2, 0.0) == 31.0
+    # Each start paid: 1 + 2 + 10 = 13 on the first slot; 7, then the piece 7 + 2 + 10 = 19; job 2 13 + 22 = 35.
+    assert makespan([[10.0, 10.0], [5.0], [20.0]], 2, 2.0) == 35.0
     # One slot: everything one after the other, each piece paying its start.
     assert makespan([[10.0, 10.0], [30.0]], 1, 2.0) == pytest.approx(1 + 12 + 12 + 32)
 
