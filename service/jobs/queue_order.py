@@ -7,8 +7,9 @@ order of the jobs on the queue. The slot that frees last decides the run's end, 
 first and the shortest fill the gaps at the end (longest processing time first). A first push has no time of its
 own, so the order comes from each built-in suite's weight: its share of a model repository's suites, cold, as
 another repository measured it (tests/suites/declared_repo on an H100: docs/suites.md). Replayed on the real-model
-sample's seven GPU records (bench/run_plan_replay.py, "first push, taken"), this order ended the first push at
-0.313-0.349 x one slot where the suites' alphabetical order ended it at 0.317-0.372 x.
+sample's nine GPU records (bench/run_plan_replay.py, "first push, taken"), this order ends the first push at
+0.313-0.355 x one slot where the suites' alphabetical order ends it at 0.317-0.364 x; measured on the H200, 0.328 x,
+with the first shard of each job run by the slot that fanned it out (service/jobs/sharding.py).
 """
 
 from __future__ import annotations
