@@ -207,6 +207,19 @@ HEAVY = (
     # test_what_could_change_the_warm_imports_is_found: a .pth that runs code, a requirement named like a warm
     # module) and the forked install step that a job takes otherwise (the wrapper that adds to PYTHONPATH).
     "tests/runners/test_warm_install.py::test_a_requirement_whose_pth_runs_code_starts_afresh_after_the_step",
+    # 2026-11-30, nineteenth session (CI time: CI's whole run took 1,528 s; by their CPU, measured per test with
+    # their reaped children): 83 s of CPU, one suite through the service on two torch versions; CI keeps the routing's
+    # parts on the real second torch (tests/unit/test_torch_matrix.py: one job per version planned, a worker of a
+    # version consuming only its queues, a runner naming its torch and refusing a job of another, the canary's
+    # comparison) and the daily canary through the service (this file's other test).
+    "tests/integration/test_torch_matrix.py::test_one_suite_on_two_torch_versions_each_failure_on_its_own_check_run",
+    # 31 s of CPU: a declared pass named on its hook by the bisector; CI keeps the same bisection through the service
+    # (tests/integration/test_bisection_flow.py: a wrong declared pass bisected in its job and named on the check run)
+    # and the hook-to-pass naming (test_bisection.py's test_a_custom_pass_hook_names_the_declared_pass_of_its_kind).
+    "tests/suites/test_bisection.py::test_a_declared_pass_is_named_on_its_hook_with_its_line",
+    # 29 s of CPU: the op sweep's trap; CI keeps a trap's verdict and the fresh process for every test after it, in
+    # a plain job, a shard that takes its tests and any set of traps drawn at random (this file's other tests).
+    "tests/suites/test_device_context.py::test_the_op_sweep_turns_a_trap_into_a_verdict_and_judges_the_cases_after_it",
 )
 _LEFT_OUT: list[str] = []
 
