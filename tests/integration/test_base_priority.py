@@ -35,3 +35,21 @@ def test_a_job_and_a_shard_of_another_torch_reach_that_versions_queue(settings: 
     assert b"r-correctness-cpu-torch2.14-a1s2" in client.lindex(f"cpu-torch2.14{SEP}6", 0)  # type: ignore[operator]
     assert b"r-correctness-cpu-a1s0" in client.lindex(f"cpu{SEP}6", 0)  # type: ignore[operator]
     app.close()
+
+
+def test_a_started_jobs_shards_go_ahead_of_the_jobs_not_started_and_behind_a_lost_ones(settings: Settings) -> None:
+    """The slot that fans a job out runs its first shard itself; the others are sent with `started`, so the next free
+    slot takes them before a job message still waiting (a first push: which shards start first is decided by the
+    queue, not by which fan-out ended first). A base run's shards still wait behind every head job."""
+    app = create_celery(settings)
+    queue = CeleryQueue(app)
+    queue.run_job("waiting-fusion-cpu", "cpu")
+    queue.run_shard("fanned-correctness-cpu-a1s1", "cpu", started=True)
+    queue.run_shard("base-correctness-cpu-a1s1", "cpu", low=True, started=True)
+    queue.run_job("lost-autograd-cpu", "cpu", first=True)
+    client = redis.Redis.from_url(settings.redis_url)
+    order = [client.lrange(name, 0, -1) for name in ("cpu", f"cpu{SEP}3", f"cpu{SEP}6", f"cpu{SEP}9")]
+    names = ("lost", "fanned", "waiting", "base")
+    found = [[next(n for n in names if n.encode() in m) for m in step] for step in order]
+    assert found == [["lost"], ["fanned"], ["waiting"], ["base"]]  # the transport takes the lowest step first
+    app.close()
