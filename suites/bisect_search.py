@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 
 import pytest
 
-from suites import bisect_torch
+from suites import alarm, bisect_torch
 from suites.bisect_probe import RIGHT, UNJUDGED, WRONG, Expired, Replay, expire, finish, replay
 from suites.bisect_suspects import Suspect, suspect
 
@@ -75,7 +75,7 @@ class Budget:
         is not expected to fit)."""
         if self.left() <= 0:
             raise OutOfTime
-        previous = signal.signal(signal.SIGALRM, lambda _signum, _frame: expire())
+        previous = signal.signal(signal.SIGALRM, alarm.handler(expire))  # never inside an import (suites/alarm.py)
         signal.setitimer(signal.ITIMER_REAL, self.left())
         try:
             yield

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from .. import device_context, precision, rounding_noise
+from .. import alarm, device_context, precision, rounding_noise
 from ..module_runs import flatten_outputs, to_fp64
 from . import catalog, comparison, internals
 
@@ -124,11 +124,11 @@ def _time_limit(seconds: float) -> Iterator[None]:
         yield
         return
 
-    def expired(_signum: int, _frame: object) -> None:
+    def expire() -> None:
         raise _OverBudget
 
     started = time.monotonic()
-    outer = signal.signal(signal.SIGALRM, expired)
+    outer = signal.signal(signal.SIGALRM, alarm.handler(expire))  # never inside an import (suites/alarm.py)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield

@@ -165,6 +165,28 @@ def test_on_a_sweep_of_every_op_only_a_changed_path_can_turn_red() -> None:
     assert aim.Aim(True, changed_everything=True).changed({"aten.sin"}, unknown=False)
 
 
+def test_a_budget_that_ends_inside_an_import_waits_for_the_import(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The budget's alarm lands wherever the compile is, and a compile runs torch's lazy imports: raised inside one,
+    it left the module half-run and out of sys.modules, so its next import ran it again and registered its backend
+    twice ("duplicate name: dynamo_minifier_backend" on every later case of a CPU host's sweep). The alarm now waits
+    for the import to end, then stops the batch."""
+    import time
+
+    from suites.ops import sweep
+
+    (tmp_path / "slow_to_import.py").write_text("import time\ntime.sleep(0.5)\nCOMPLETE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    started = time.monotonic()
+    with pytest.raises(sweep._OverBudget):  # noqa: PT012 - the budget ends in the import, is raised after it
+        with sweep._time_limit(0.05):
+            import slow_to_import  # noqa: F401
+            while time.monotonic() - started < 5:
+                pass
+    assert sys.modules["slow_to_import"].COMPLETE is True  # imported once, whole
+    assert 0.5 <= time.monotonic() - started < 2
+
+
 @pytest.mark.filterwarnings("ignore")
 def test_a_batch_over_its_time_budget_stops_the_case_and_leaves_torch_usable(
         monkeypatch: pytest.MonkeyPatch) -> None:
