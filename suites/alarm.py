@@ -6,16 +6,19 @@ runs, and a compile runs torch's lazy imports. An exception raised inside a modu
 CPU host's op sweep saw `AssertionError: duplicate name: dynamo_minifier_backend` on every later case once a batch's
 budget ended inside `torch._dynamo.repro.after_dynamo`'s import). So while an import is in progress on the
 interrupted stack, the handler re-arms the timer for a moment and returns; the deadline is then late by at most the
-import's own time.
+import's own time, and by GRACE_S at the most: an import that does not end (a repository's module that hangs as it
+is imported inside a compile) is cut then, as before, so the budget still bounds the batch.
 """
 
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable
 from types import FrameType
 
 RETRY_S = 0.02
+GRACE_S = 10.0
 _IMPORTING = "<frozen importlib._bootstrap"  # the import machinery's frames (_bootstrap and _bootstrap_external)
 
 
@@ -30,10 +33,12 @@ def importing(frame: FrameType | None) -> bool:
 
 def handler(expire: Callable[[], None]) -> Callable[[int, FrameType | None], None]:
     """A SIGALRM handler that calls `expire` (which raises) unless an import is in progress, when it tries again
-    RETRY_S later."""
+    RETRY_S later, for GRACE_S after the first expiry at the most."""
+    due: list[float] = []
 
     def expired(_signum: int, frame: FrameType | None) -> None:
-        if importing(frame):
+        due.append(due[0] if due else time.monotonic())
+        if importing(frame) and time.monotonic() - due[0] < GRACE_S:
             signal.setitimer(signal.ITIMER_REAL, RETRY_S)
             return
         expire()

@@ -185,6 +185,15 @@ def test_a_budget_that_ends_inside_an_import_waits_for_the_import(tmp_path: Path
                 pass
     assert sys.modules["slow_to_import"].COMPLETE is True  # imported once, whole
     assert 0.5 <= time.monotonic() - started < 2
+    # An import that does not end within the grace is cut, so a hanging import cannot outlast the budget.
+    from suites import alarm
+
+    monkeypatch.setattr(alarm, "GRACE_S", 0.2)
+    (tmp_path / "hangs_on_import.py").write_text("import time\ntime.sleep(30)\n")
+    started = time.monotonic()
+    with pytest.raises(sweep._OverBudget), sweep._time_limit(0.05):
+        import hangs_on_import  # noqa: F401
+    assert time.monotonic() - started < 5 and "hangs_on_import" not in sys.modules
 
 
 @pytest.mark.filterwarnings("ignore")
