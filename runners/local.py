@@ -30,12 +30,11 @@ from runners.outbox import (
     publish_progress,
 )
 from runners.protocol import RunResult, RunSpec, ShouldCancel, map_paths
-from runners.toolchain import linker_env, source_keys_env, vec_isa_env
+from runners.toolchain import host_env, source_keys_env, vec_isa_env
 from runners.untrusted_files import read_bounded, usage
 
 # The worker's environment holds the webhook secret and the App's private key; the job gets none
 # of it, only what a test process needs to find its toolchain and GPU.
-PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME")
 KILL_GRACE_S = 5.0
 PUMP_DRAIN_S = 60.0
 _seed_lock = threading.Lock()
@@ -110,8 +109,7 @@ class LocalRunner:
     def _host_env(self) -> dict[str, str]:
         """A job's environment before its own variables (and its HOME and TMPDIR): what it may pass through, the
         linker, and the verdicts checked once per worker process."""
-        env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
-        env.update(linker_env(in_image=False))
+        env = host_env()
         env.update(vec_isa_env(self.python, env))
         env.update(source_keys_env(self.python, env))
         return env

@@ -15,13 +15,23 @@ runner image is built, whose Dockerfile then sets TORCHINDUCTOR_VEC_ISA_OK=1; fo
 process and interpreter, before its first job: only a passed check lets that runner's jobs skip the probe.
 Likewise inductor's source keys (suites/source_keys.py): an image's build computes them, the LocalRunner's worker
 once per interpreter.
+
+A host that runs several worker processes (or a test run that starts many) may check once for all of them:
+`python -m runners.toolchain PYTHON...` prints COMPILE_CI_HOST_CHECKS, both verdicts for each interpreter in the
+environment a LocalRunner gives its jobs; a worker started with that variable takes them from it for those
+interpreters and toolchains and checks the rest itself. It is the operator's, like the rest of the worker's
+environment, which no job can write; a stale one can only make inductor probe (a verdict of false) or compute its
+own keys (source keys of another torch are ignored, suites/source_keys.py), except a true ISA verdict for a toolchain
+changed in place since: as an image's verdict, it holds for the toolchain it was checked with.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,6 +40,8 @@ log = logging.getLogger(__name__)
 ISA_CHECK = Path(__file__).resolve().with_name("isa_check.py")
 ISA_CHECK_TIMEOUT_S = 300
 _isa_verdicts: dict[tuple[str, str, str], bool] = {}
+HOST_CHECKS_ENV = "COMPILE_CI_HOST_CHECKS"
+PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "CUDA_HOME")
 _isa_lock = threading.Lock()
 
 
@@ -66,7 +78,8 @@ def vec_isa_env(python: str, env: Mapping[str, str]) -> dict[str, str]:
     key = (python, env.get("COMPILER_PATH", ""), env.get("CXX", ""))
     with _isa_lock:
         if key not in _isa_verdicts:
-            _isa_verdicts[key] = _isa_check(python, env)
+            given = _given().get("isa", {}).get(json.dumps(key))
+            _isa_verdicts[key] = given if isinstance(given, bool) else _isa_check(python, env)
     return {"TORCHINDUCTOR_VEC_ISA_OK": "1"} if _isa_verdicts[key] else {}
 
 
@@ -92,7 +105,8 @@ def source_keys_env(python: str, env: Mapping[str, str]) -> dict[str, str]:
     memory, like the ISA verdict: a value on disk would be something an earlier job could have written."""
     with _isa_lock:
         if python not in _source_keys:
-            _source_keys[python] = _compute_source_keys(python, env)
+            given = _given().get("source_keys", {}).get(python)
+            _source_keys[python] = given if isinstance(given, str) else _compute_source_keys(python, env)
     return {"COMPILE_CI_SOURCE_KEYS": _source_keys[python]} if _source_keys[python] else {}
 
 
@@ -109,3 +123,37 @@ def _compute_source_keys(python: str, env: Mapping[str, str]) -> str:
         return ""
     return done.stdout.strip()
 
+
+
+def _given() -> dict[str, dict[str, object]]:
+    """The worker's COMPILE_CI_HOST_CHECKS; {} when unset or not what `host_checks` writes."""
+    try:
+        given = json.loads(os.environ.get(HOST_CHECKS_ENV, "") or "{}")
+    except ValueError:
+        log.warning("%s is not JSON: every check runs here", HOST_CHECKS_ENV)
+        return {}
+    if not isinstance(given, dict):
+        return {}
+    return {part: value for part, value in given.items() if isinstance(value, dict)}
+
+
+def host_env() -> dict[str, str]:
+    """A LocalRunner job's environment before its own variables: what it may pass through and its linker."""
+    env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
+    env.update(linker_env(in_image=False))
+    return env
+
+
+def host_checks(pythons: list[str]) -> str:
+    """COMPILE_CI_HOST_CHECKS for `pythons`: each one's ISA verdict and source keys, checked here as a worker would."""
+    env = host_env()
+    isa = {json.dumps((python, env.get("COMPILER_PATH", ""), env.get("CXX", ""))): _isa_check(python, env)
+           for python in pythons}
+    keys = {python: _compute_source_keys(python, env) for python in pythons}
+    return json.dumps({"isa": isa, "source_keys": keys}, separators=(",", ":"))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1].startswith("-"):
+        sys.exit("usage: python -m runners.toolchain PYTHON... (prints COMPILE_CI_HOST_CHECKS for those interpreters)")
+    print(host_checks(sys.argv[1:]))

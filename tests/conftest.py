@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from runners.toolchain import HOST_CHECKS_ENV, host_env, vec_isa_env
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.stack import APP_ID, app_keypair, free_port, wait_for_port
@@ -32,6 +33,30 @@ def pytest_configure(config: pytest.Config) -> None:
         seeds = tempfile.mkdtemp(prefix="compile-ci-test-seeds-")
         os.environ["COMPILE_CI_HEADER_SEED_DIR"] = seeds
         config.add_cleanup(lambda: shutil.rmtree(seeds, ignore_errors=True))
+    if not hasattr(config, "workerinput") and not os.environ.get(HOST_CHECKS_ENV):
+        _check_the_host_once(config)
+
+
+def _check_the_host_once(config: pytest.Config) -> None:
+    """One host, one set of toolchain checks: the run's interpreters (this one and the checkout wrapper every
+    pipeline test's worker uses) are checked once, as `python -m runners.toolchain` does for a host's worker
+    processes, and every worker the tests start takes the verdicts from COMPILE_CI_HOST_CHECKS instead of checking
+    again (about 11 s of CPU each: 12 checks in a run before). Tests about the checks name interpreters or
+    toolchains not checked here, or clear the variable."""
+    shared = Path(tempfile.mkdtemp(prefix="compile-ci-test-python-"))
+    config.add_cleanup(lambda: shutil.rmtree(shared, ignore_errors=True))
+    os.environ[_SHARED_PYTHON] = str(wrapper_python(shared / "checkout-python"))
+    done = subprocess.run([sys.executable, "-m", "runners.toolchain", sys.executable, os.environ[_SHARED_PYTHON]],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise pytest.UsageError(f"python -m runners.toolchain failed (exit {done.returncode}): {done.stderr[-2000:]}")
+    os.environ[HOST_CHECKS_ENV] = done.stdout.strip()
+    # The tests' own inductor processes (the suites run directly, probes) get the toolchain a LocalRunner's job gets
+    # and, when it passed the check, skip the vector-ISA probe as that job does (0.9 s of CPU each on this host).
+    tool = host_env()
+    if "COMPILER_PATH" in tool:
+        os.environ.setdefault("COMPILER_PATH", tool["COMPILER_PATH"])
+    os.environ.update(vec_isa_env(sys.executable, {**tool, "COMPILER_PATH": os.environ.get("COMPILER_PATH", "")}))
 
 
 @pytest.fixture(scope="session")
@@ -122,6 +147,7 @@ def settings_env(tmp_path: Path, redis_url: str, github_url: str, private_key: s
 
 
 ROOT = Path(__file__).resolve().parents[1]
+_SHARED_PYTHON = "COMPILE_CI_TEST_CHECKOUT_PYTHON"
 
 
 def wrapper_python(path: Path, **variables: str) -> Path:
@@ -135,10 +161,12 @@ def wrapper_python(path: Path, **variables: str) -> Path:
 
 @pytest.fixture(scope="session")
 def checkout_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One such interpreter per test process (COMPILE_CI_RUNNER_PYTHON of the pipeline tests). A LocalRunner checks an
+    """One such interpreter for the run (COMPILE_CI_RUNNER_PYTHON of the pipeline tests). A LocalRunner checks an
     interpreter's vector ISA and computes its source keys once per worker process and interpreter path
-    (runners/toolchain.py: about 10 s of CPU on this host); a wrapper of its own in every test paid them every test."""
-    return wrapper_python(tmp_path_factory.getbasetemp() / "checkout-python")
+    (runners/toolchain.py: about 10 s of CPU on this host) unless COMPILE_CI_HOST_CHECKS has them: this one's are
+    checked once for the run (pytest_configure); a wrapper of its own in every test paid them every test."""
+    shared = os.environ.get(_SHARED_PYTHON)  # the run's, checked once (pytest_configure)
+    return Path(shared) if shared else wrapper_python(tmp_path_factory.getbasetemp() / "checkout-python")
 
 
 @pytest.fixture

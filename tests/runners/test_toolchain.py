@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from runners import toolchain
 from runners.compile_cache import TRUSTED, CacheScope, RepoCache
 from runners.protocol import Runner, RunSpec
-from runners.toolchain import linker_env, vec_isa_env
+from runners.toolchain import linker_env, source_keys_env, vec_isa_env
 from service.config import ConfigError, Settings
 
 COMPILE = ("import torch\n"
@@ -101,3 +102,41 @@ def test_a_toolchain_that_fails_the_check_keeps_the_probe() -> None:
     broken = {**os.environ, "CXX": "/bin/false"}  # inductor builds with $CXX: every ISA's build fails
     assert vec_isa_env(sys.executable, broken) == {}
     assert vec_isa_env(sys.executable, dict(os.environ)) == {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
+
+
+def test_a_workers_host_checks_are_taken_for_their_interpreters_and_toolchains_only(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """COMPILE_CI_HOST_CHECKS (the operator's, checked once for a host's worker processes) stands in for the checks
+    of exactly the interpreter and toolchain it names; any other, or a value that is not what the checks print, is
+    checked here. The interpreters do not exist: a check that ran would fail, so a verdict of true or a key can only
+    come from the variable."""
+    monkeypatch.setattr(toolchain, "_isa_verdicts", {})
+    monkeypatch.setattr(toolchain, "_source_keys", {})
+    env = {"COMPILER_PATH": "/opt/lld", "CXX": ""}
+    named = json.dumps(("/nowhere/python", "/opt/lld", ""))
+    monkeypatch.setenv(toolchain.HOST_CHECKS_ENV, json.dumps(
+        {"isa": {named: True}, "source_keys": {"/nowhere/python": "the given keys"}}))
+    assert vec_isa_env("/nowhere/python", env) == {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
+    assert source_keys_env("/nowhere/python", env) == {"COMPILE_CI_SOURCE_KEYS": "the given keys"}
+    # another toolchain or interpreter: checked here (and failing, since neither interpreter exists)
+    assert vec_isa_env("/nowhere/python", {"COMPILER_PATH": "", "CXX": ""}) == {}
+    assert vec_isa_env("/nowhere/other", env) == {}
+    assert source_keys_env("/nowhere/other", env) == {}
+    for junk in ("not json", "[1, 2]", json.dumps({"isa": {named: "yes"}, "source_keys": {"/nowhere/python": 3}})):
+        monkeypatch.setattr(toolchain, "_isa_verdicts", {})
+        monkeypatch.setattr(toolchain, "_source_keys", {})
+        monkeypatch.setenv(toolchain.HOST_CHECKS_ENV, junk)
+        assert vec_isa_env("/nowhere/python", env) == {} and source_keys_env("/nowhere/python", env) == {}, junk
+
+
+def test_the_host_checks_a_test_run_took_are_what_a_worker_checks() -> None:
+    """tests/conftest.py checked this run's interpreters once with `python -m runners.toolchain` (every worker
+    process of the run takes them from COMPILE_CI_HOST_CHECKS): they are the checks' own results on this host."""
+    given = json.loads(os.environ[toolchain.HOST_CHECKS_ENV])
+    env = toolchain.host_env()
+    key = json.dumps((sys.executable, env.get("COMPILER_PATH", ""), env.get("CXX", "")))
+    assert given["isa"][key] is True, given["isa"]
+    keys = json.loads(given["source_keys"][sys.executable])
+    from suites import source_keys
+
+    assert keys == source_keys.compute()
