@@ -19,7 +19,7 @@ once per interpreter.
 A host that runs several worker processes (or a test run that starts many) may check once for all of them:
 `python -m runners.toolchain PYTHON...` prints COMPILE_CI_HOST_CHECKS, both verdicts for each interpreter in the
 environment a LocalRunner gives its jobs; a worker started with that variable takes them from it for those
-interpreters and toolchains and checks the rest itself. It is the operator's, like the rest of the worker's
+interpreters and toolchains, on a CPU of the same flags, and checks the rest itself. It is the operator's, like the rest of the worker's
 environment, which no job can write; a stale one can only make inductor probe (a verdict of false) or compute its
 own keys (source keys of another torch are ignored, suites/source_keys.py), except a true ISA verdict for a toolchain
 changed in place since: as an image's verdict, it holds for the toolchain it was checked with.
@@ -27,6 +27,7 @@ changed in place since: as an image's verdict, it holds for the toolchain it was
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -78,7 +79,7 @@ def vec_isa_env(python: str, env: Mapping[str, str]) -> dict[str, str]:
     key = (python, env.get("COMPILER_PATH", ""), env.get("CXX", ""))
     with _isa_lock:
         if key not in _isa_verdicts:
-            given = _given().get("isa", {}).get(json.dumps(key))
+            given = _given().get("isa", {}).get(given_key(python, env))
             _isa_verdicts[key] = given if isinstance(given, bool) else _isa_check(python, env)
     return {"TORCHINDUCTOR_VEC_ISA_OK": "1"} if _isa_verdicts[key] else {}
 
@@ -137,6 +138,21 @@ def _given() -> dict[str, dict[str, object]]:
     return {part: value for part, value in given.items() if isinstance(value, dict)}
 
 
+def given_key(python: str, env: Mapping[str, str]) -> str:
+    """An ISA verdict's key in COMPILE_CI_HOST_CHECKS: the interpreter, the toolchain and this CPU's flags (a value
+    carried to a host whose CPU declares other ISAs, AMX say, is not taken there: the check covered only these)."""
+    return json.dumps((python, env.get("COMPILER_PATH", ""), env.get("CXX", ""), _cpu_flags()))
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            flags = next((line for line in handle if line.startswith("flags")), "")
+    except OSError:
+        flags = ""
+    return hashlib.sha256(" ".join(sorted(flags.split(":", 1)[-1].split())).encode()).hexdigest()[:16]
+
+
 def host_env() -> dict[str, str]:
     """A LocalRunner job's environment before its own variables: what it may pass through and its linker."""
     env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
@@ -147,8 +163,7 @@ def host_env() -> dict[str, str]:
 def host_checks(pythons: list[str]) -> str:
     """COMPILE_CI_HOST_CHECKS for `pythons`: each one's ISA verdict and source keys, checked here as a worker would."""
     env = host_env()
-    isa = {json.dumps((python, env.get("COMPILER_PATH", ""), env.get("CXX", ""))): _isa_check(python, env)
-           for python in pythons}
+    isa = {given_key(python, env): _isa_check(python, env) for python in pythons}
     keys = {python: _compute_source_keys(python, env) for python in pythons}
     return json.dumps({"isa": isa, "source_keys": keys}, separators=(",", ":"))
 

@@ -107,13 +107,14 @@ def test_a_toolchain_that_fails_the_check_keeps_the_probe() -> None:
 def test_a_workers_host_checks_are_taken_for_their_interpreters_and_toolchains_only(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """COMPILE_CI_HOST_CHECKS (the operator's, checked once for a host's worker processes) stands in for the checks
-    of exactly the interpreter and toolchain it names; any other, or a value that is not what the checks print, is
+    of exactly the interpreter, toolchain and CPU it names; any other, or a value that is not what the checks print, is
     checked here. The interpreters do not exist: a check that ran would fail, so a verdict of true or a key can only
     come from the variable."""
     monkeypatch.setattr(toolchain, "_isa_verdicts", {})
     monkeypatch.setattr(toolchain, "_source_keys", {})
     env = {"COMPILER_PATH": "/opt/lld", "CXX": ""}
-    named = json.dumps(("/nowhere/python", "/opt/lld", ""))
+    named = toolchain.given_key("/nowhere/python", env)
+    other_cpu = json.dumps(("/nowhere/python", "/opt/lld", "", "another CPU's flags"))
     monkeypatch.setenv(toolchain.HOST_CHECKS_ENV, json.dumps(
         {"isa": {named: True}, "source_keys": {"/nowhere/python": "the given keys"}}))
     assert vec_isa_env("/nowhere/python", env) == {"TORCHINDUCTOR_VEC_ISA_OK": "1"}
@@ -121,6 +122,10 @@ def test_a_workers_host_checks_are_taken_for_their_interpreters_and_toolchains_o
     # another toolchain or interpreter: checked here (and failing, since neither interpreter exists)
     assert vec_isa_env("/nowhere/python", {"COMPILER_PATH": "", "CXX": ""}) == {}
     assert vec_isa_env("/nowhere/other", env) == {}
+    # checked on a CPU of other flags (a value carried to another host): not taken here
+    monkeypatch.setattr(toolchain, "_isa_verdicts", {})
+    monkeypatch.setenv(toolchain.HOST_CHECKS_ENV, json.dumps({"isa": {other_cpu: True}}))
+    assert vec_isa_env("/nowhere/python", env) == {}
     assert source_keys_env("/nowhere/other", env) == {}
     for junk in ("not json", "[1, 2]", json.dumps({"isa": {named: "yes"}, "source_keys": {"/nowhere/python": 3}})):
         monkeypatch.setattr(toolchain, "_isa_verdicts", {})
@@ -134,8 +139,7 @@ def test_the_host_checks_a_test_run_took_are_what_a_worker_checks() -> None:
     process of the run takes them from COMPILE_CI_HOST_CHECKS): they are the checks' own results on this host."""
     given = json.loads(os.environ[toolchain.HOST_CHECKS_ENV])
     env = toolchain.host_env()
-    key = json.dumps((sys.executable, env.get("COMPILER_PATH", ""), env.get("CXX", "")))
-    assert given["isa"][key] is True, given["isa"]
+    assert given["isa"][toolchain.given_key(sys.executable, env)] is True, given["isa"]
     keys = json.loads(given["source_keys"][sys.executable])
     from suites import source_keys
 
