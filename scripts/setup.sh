@@ -26,7 +26,9 @@ if [ ! -x .venv/bin/python ] || [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wa
   # torch and every dependency are installed once per machine into a venv under the cache, keyed by pyproject.toml
   # and the pins, and hard-linked into each checkout's .venv (seconds; a clean clone paid about 52 s of pip on the
   # 2-core host); only the checkout's own editable install is made here. COMPILE_CI_VENV_CACHE moves the cache.
-  deps_cache="${COMPILE_CI_VENV_CACHE:-$HOME/.cache/compile-ci/venvs}/main-$(echo "$want" | sha256sum | cut -c1-16)"
+  cache_root="${COMPILE_CI_VENV_CACHE:-${HOME:-/nonexistent}/.cache/compile-ci/venvs}"
+  mkdir -p "$cache_root" 2>/dev/null && [ -w "$cache_root" ] || cache_root="$PWD/var/venv-cache"  # no home to write
+  deps_cache="$cache_root/main-$(echo "$want" | sha256sum | cut -c1-16)"
   if [ ! -f "$deps_cache/.compile-ci-installed" ] || [ "$(cat "$deps_cache/.compile-ci-installed")" != "$want" ]; then
     echo "setup: pip install $TORCH_PIN and compile-ci's dependencies (a few minutes the first time on a machine)"
     rm -rf "$deps_cache" && mkdir -p "$(dirname "$deps_cache")" && python3 -m venv "$deps_cache"
