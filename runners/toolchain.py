@@ -19,10 +19,10 @@ once per interpreter.
 A host that runs several worker processes (or a test run that starts many) may check once for all of them:
 `python -m runners.toolchain PYTHON...` prints COMPILE_CI_HOST_CHECKS, both verdicts for each interpreter in the
 environment a LocalRunner gives its jobs; a worker started with that variable takes them from it for those
-interpreters and toolchains, on a CPU of the same flags, and checks the rest itself. It is the operator's, like the rest of the worker's
-environment, which no job can write; a stale one can only make inductor probe (a verdict of false) or compute its
-own keys (source keys of another torch are ignored, suites/source_keys.py), except a true ISA verdict for a toolchain
-changed in place since: as an image's verdict, it holds for the toolchain it was checked with.
+interpreters and toolchains, on a CPU of the same flags, and checks the rest itself. It is the operator's, like the
+rest of the worker's environment, which no job can write; a stale one can only make inductor probe (a verdict of
+false) or compute its own keys (source keys of another torch are ignored, suites/source_keys.py), except a true ISA
+verdict for a toolchain changed in place since: as an image's verdict, it holds for the toolchain it was checked with.
 """
 
 from __future__ import annotations
