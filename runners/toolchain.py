@@ -125,7 +125,6 @@ def _compute_source_keys(python: str, env: Mapping[str, str]) -> str:
     return done.stdout.strip()
 
 
-
 def _given() -> dict[str, dict[str, object]]:
     """The worker's COMPILE_CI_HOST_CHECKS; {} when unset or not what `host_checks` writes."""
     try:

@@ -29,6 +29,8 @@ if [ ! -x .venv/bin/python ] || [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wa
   cache_root="${COMPILE_CI_VENV_CACHE:-${HOME:-/nonexistent}/.cache/compile-ci/venvs}"
   mkdir -p "$cache_root" 2>/dev/null && [ -w "$cache_root" ] || cache_root="$PWD/var/venv-cache"  # no home to write
   deps_cache="$cache_root/main-$(echo "$want" | sha256sum | cut -c1-16)"
+  # Two set-ups at once (CI and a second job beside it) take turns: one builds the cache, the other links it after.
+  exec 9>"$cache_root/.lock" && flock 9
   if [ ! -f "$deps_cache/.compile-ci-installed" ] || [ "$(cat "$deps_cache/.compile-ci-installed")" != "$want" ]; then
     echo "setup: pip install $TORCH_PIN and compile-ci's dependencies (a few minutes the first time on a machine)"
     rm -rf "$deps_cache" && mkdir -p "$(dirname "$deps_cache")" && python3 -m venv "$deps_cache"
@@ -43,6 +45,7 @@ if [ ! -x .venv/bin/python ] || [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$wa
   rm -rf .venv
   cp -al "$deps_cache" .venv 2>/dev/null || cp -a "$deps_cache" .venv
   rm -f .venv/.compile-ci-installed
+  flock -u 9 && exec 9>&-
   # Scripts name their interpreter: this venv's, not the cache's (sed writes a new file: the cache's stays).
   for script in .venv/bin/*; do
     if [ -f "$script" ] && [ ! -L "$script" ] && head -c 2 "$script" | grep -q '^#!'; then
