@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import pwd
-import re
 import shutil
 import signal
 import subprocess
@@ -48,8 +46,7 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
-# The job's user name as inductor spells it in its default cache directory (getpass, sanitised as inductor does).
-_USER = re.sub(r'[\\/:*?"<>|]', "_", pwd.getpwuid(os.getuid()).pw_name)
+_USER = warm_start.JOB_USER  # the job's user name as inductor spells it in its default cache directory
 
 
 def private_dir(output_dir: Path) -> Path:
@@ -175,8 +172,9 @@ class LocalRunner:
                     return RunResult(None, time.monotonic() - start, infra_error=f"cannot start job: {exc}")
                 pin(proc.pid, part)  # and the job pins itself before it imports torch (suites/cpu_share.py)
                 if isinstance(proc, warm_start.WarmJob):
+                    made = "torch, pytest, dynamo and inductor" if proc.compiler else "torch and pytest"
                     log.write(f"[compile-ci] the job's process {proc.pid} was forked from this host's warm "
-                              "interpreter (torch and pytest imported once)\n".encode())
+                              f"interpreter ({made} imported once)\n".encode())
                 assert proc.stdout is not None
                 pump = threading.Thread(target=_pump, args=(proc.stdout, tapped(log, spec.grants)), daemon=True)
                 pump.start()

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-from pathlib import Path
 from typing import Any
 
+from runners import first_code
 from runners.compile_cache import UNTRUSTED
 from runners.docker_container import CHECKOUT_MOUNT, OUTPUT_MOUNT
 from runners.protocol import RunSpec
 
 SHARED_VARIABLES = frozenset({"COMPILE_CI_SOURCE_KEYS"})
-UNSAFE_VARIABLES = ("PYTEST_ADDOPTS", "PYTEST_PLUGINS")
 # What a job's description may differ in from its container's (everything else must be equal).
 PER_JOB_KEYS = frozenset({"command", "name", "labels", "cpuset_cpus", "mounts", "environment"})
 PER_JOB_MOUNTS = frozenset({CHECKOUT_MOUNT, OUTPUT_MOUNT})
@@ -27,24 +25,12 @@ def per_job(name: str) -> bool:
 
 def eligible(spec: RunSpec, python: str) -> str:
     """Why this job cannot take a pre-started container ('' when it can)."""
-    command = list(spec.command)
-    if len(command) > 3 and command[1] == "-c" and "--" in command[3:]:  # behind its install step (install.py)
-        command = command[command.index("--", 3) + 1:]
-    if command[:3] != [python, "-m", "suites.pytest_entry"]:
-        return "its command is not compile-ci's pytest"
+    if why := first_code.repository_code_first(spec.command, python, spec.env, str(spec.checkout_dir)):
+        return why
     if spec.grants is not None:
         return "it takes its tests while it runs (the worker's answers are mounted for it)"
     if spec.cache is None or spec.cache.trusted:
         return "a trusted job (it writes the repository's compile cache)"
-    if "--rootdir" in command or any(_within(part, spec.checkout_dir) for arg in command
-                                     for part in (arg, arg.partition("=")[2])):
-        return "the repository's own tests (its conftest runs before pytest's configure hooks)"
-    plugins = [command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "-p"]
-    plugins += [arg[2:] for arg in command if arg.startswith("-p") and len(arg) > 2]
-    if any(not (name.startswith("no:") or name == "suites" or name.startswith("suites.")) for name in plugins):
-        return "a pytest plugin of its own"
-    if any(name in spec.env for name in UNSAFE_VARIABLES):
-        return "pytest options from its environment"
     return ""
 
 
@@ -56,10 +42,6 @@ def for_pull_requests(spec: RunSpec) -> RunSpec | None:
     if not spec.cache.trusted:
         return spec
     return dataclasses.replace(spec, cache=dataclasses.replace(spec.cache, trust=UNTRUSTED, pr=None))
-
-
-def _within(path: str, directory: Path) -> bool:
-    return path == str(directory) or path.startswith(f"{directory}{os.sep}")
 
 
 def description_key(config: dict[str, Any], spec: RunSpec) -> str:

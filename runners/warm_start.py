@@ -10,6 +10,10 @@ oldest retired), started by the first job that finds none, which itself runs fre
 interpreter imports, when it says it cannot be forked (a thread, a CUDA driver loaded), when the checkout has a
 top-level module of the name of one imported after torch (a fresh process could import the checkout's); none
 unless the worker's `COMPILE_CI_WARM_START` is true (LocalRunner's `warm`; the default, `false` turns it off).
+A built-in suite's job, which runs no code of its repository before pytest's configure hooks (runners/first_code.py),
+takes an interpreter that also made those hooks' dynamo and inductor imports, one per GPU it may see
+(suites/warm_compiler.py: the job's process checks it may take them, or starts afresh); when that one cannot be
+used, the plain kind.
 
 The warm interpreter's HOME, TMPDIR and caches are an empty directory of its own; a job that leaves anything there
 (something imported kept a path of the warm interpreter's) retires it. It is told the environment it was given
@@ -26,6 +30,8 @@ import atexit
 import json
 import logging
 import os
+import pwd
+import re
 import shutil
 import socket
 import subprocess
@@ -35,16 +41,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from runners import first_code
+
 log = logging.getLogger(__name__)
 
 ENTRY = "suites.pytest_entry"
 JOB_VARIABLES = frozenset({"HOME", "TMPDIR", "USER", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
                            "CUDA_VISIBLE_DEVICES"})
 SHARED_COMPILE_CI = frozenset({"COMPILE_CI_SOURCE_KEYS"})  # compile-ci variables read before the fork: host-wide
-MAX_WARM = 4
+# The job's user name as inductor spells it in its default cache directory (getpass, sanitised as inductor does).
+JOB_USER = re.sub(r'[\\/:*?"<>|]', "_", pwd.getpwuid(os.getuid()).pw_name)
+MAX_WARM = 8
 MESSAGE_MAX = 1 << 20
 START_TIMEOUT_S = 60.0
-SHADOW_SCAN_LIMIT = 20_000
 
 
 def per_job(name: str) -> bool:
@@ -59,6 +68,7 @@ class WarmJob:
         self.stdout = stdout
         self.returncode: int | None = None
         self.lost = False
+        self.compiler = False  # from one that made the compiler's imports too
         self.started = threading.Event()
         self._done = threading.Event()
 
@@ -77,20 +87,22 @@ class WarmJob:
 class Warm:
     """One warm interpreter: its process, its socket, the jobs it started that have not ended."""
 
-    def __init__(self, python: str, env: Mapping[str, str]) -> None:
+    def __init__(self, python: str, env: Mapping[str, str], compiler: bool = False) -> None:
         self.python = python
+        self.compiler = compiler
         self.home = Path(tempfile.mkdtemp(prefix="compile-ci-warm-"))
         (self.home / "home").mkdir()
         here, there = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         own = {**env, "HOME": str(self.home / "home"), "TMPDIR": str(self.home / "home"),
                "TORCHINDUCTOR_CACHE_DIR": str(self.home / "home" / "inductor"),
-               "TRITON_CACHE_DIR": str(self.home / "home" / "triton")}
+               "TRITON_CACHE_DIR": str(self.home / "home" / "triton"), **({"USER": JOB_USER} if compiler else {})}
         # What it was given, told from what its interpreter (a wrapper script) and imports then set, which a forked
         # job's environment gets as a fresh job's would.
         given = self.home / "given.json"
         given.write_text(json.dumps({"given": dict(env), "own": sorted(set(own) - set(env))}))
         with open(self.home / "warm.log", "wb") as output:
-            self.proc = subprocess.Popen([python, "-m", "suites.warm_process", str(there.fileno()), str(given)],
+            self.proc = subprocess.Popen([python, "-m", "suites.warm_process", str(there.fileno()), str(given),
+                                          *(["compiler"] if compiler else [])],
                                          env=own,
                                          cwd=self.home, pass_fds=(there.fileno(),), stdin=subprocess.DEVNULL,
                                          stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
@@ -103,6 +115,7 @@ class Warm:
         self.ready = threading.Event()
         self.why = "starting"
         self.late: frozenset[str] = frozenset()
+        self.plugins: frozenset[str] = frozenset()  # the pytest plugins it imported (compiler)
         self.jobs: dict[int, WarmJob] = {}
         self.next_id = 0
         self.retired = False
@@ -121,6 +134,7 @@ class Warm:
             message: dict[str, Any] = json.loads(data)
             if message.get("ready"):
                 self.why, self.late = str(message.get("why", "")), frozenset(message.get("late", ()))
+                self.plugins = frozenset(message.get("plugins", ()))
                 self.baseline = set(os.listdir(self.home / "home"))  # what its own imports wrote there
                 self.ready.set()
                 if self.why:
@@ -190,6 +204,7 @@ class Warm:
                 job.stdout.close()
                 return None
             self.jobs[self.next_id] = job
+            job.compiler = self.compiler
             try:
                 socket.send_fds(self.sock, [payload], [write])
             except OSError:
@@ -219,28 +234,40 @@ class Warm:
         shutil.rmtree(self.home, ignore_errors=True)
 
 
-_pool: dict[tuple[str, tuple[tuple[str, str], ...]], Warm] = {}
+_pool: dict[tuple[str, tuple[tuple[str, str], ...], str], Warm] = {}
 _pool_lock = threading.Lock()
 
 
 def start(python: str, command: Sequence[str], cwd: Path, env: Mapping[str, str]) -> WarmJob | None:
     """The job forked from a warm interpreter, or None: start it fresh (the first job of an environment starts the
-    interpreter for the next ones)."""
+    interpreter for the next ones). A job no code of whose repository runs before pytest's configure hooks
+    (runners/first_code.py) takes one that made the compiler's imports too, one per GPU it may see
+    (suites/warm_compiler.py); the others, and those when it cannot be used, one that imported torch and pytest."""
     step, job = _split(command)
     if list(job[:3]) != [python, "-m", ENTRY] or not env.get("COMPILE_CI_OUTPUT_DIR"):
         return None
     shared = tuple(sorted((k, v) for k, v in env.items() if not per_job(k)))
-    key = (python, shared)
-    with _pool_lock:
-        warm = _pool.get(key)
-        if warm is None or warm.retired:
-            if len(_pool) >= MAX_WARM:
-                _pool.pop(next(iter(_pool))).retire("more environments than MAX_WARM")
-            _pool[key] = Warm(python, dict(shared))
+    checkout = env.get("COMPILE_CI_CHECKOUT", "")
+    kinds = ["torch"]
+    if not first_code.repository_code_first(command, python, env, checkout):
+        kinds.insert(0, f"compiler:{env.get('CUDA_VISIBLE_DEVICES', '')}")
+    for kind in kinds:
+        compiler = kind.startswith("compiler:")
+        with _pool_lock:
+            warm = _pool.get((python, shared, kind))
+            if warm is None or warm.retired:
+                if len(_pool) >= MAX_WARM:
+                    _pool.pop(next(iter(_pool))).retire("more environments than MAX_WARM")
+                visible = {"CUDA_VISIBLE_DEVICES": kind.partition(":")[2]} if compiler and kind != "compiler:" else {}
+                _pool[(python, shared, kind)] = Warm(python, {**dict(shared), **visible}, compiler)
+                return None
+        if not warm.ready.is_set():
             return None
-    if not warm.ready.is_set() or warm.why or shadows(env.get("COMPILE_CI_CHECKOUT", ""), warm.late):
-        return None
-    return warm.start(job[3:], cwd, env, step)
+        if warm.why or (compiler and first_code.blocked_plugins(command) & warm.plugins) or \
+                first_code.shadows(checkout, warm.late):
+            continue  # the compiler's imports cannot be taken: one that imported torch and pytest, or fresh
+        return warm.start(job[3:], cwd, env, step)
+    return None
 
 
 def _split(command: Sequence[str]) -> tuple[list[str] | None, list[str]]:
@@ -250,23 +277,6 @@ def _split(command: Sequence[str]) -> tuple[list[str] | None, list[str]]:
         cut = list(command).index("--", 3)
         return [*command[2:cut], "--", *command[cut + 1:]], list(command[cut + 1:])
     return None, list(command)
-
-
-def shadows(checkout: str, late: frozenset[str]) -> bool:
-    """Whether the checkout holds a module or package named like one the warm interpreter imported after torch (or
-    more entries than are worth reading: then say yes)."""
-    if not checkout or not late:
-        return False
-    seen = 0
-    for _root, dirs, files in os.walk(checkout):
-        seen += len(dirs) + len(files)
-        if seen > SHADOW_SCAN_LIMIT:
-            return True
-        names = set(dirs) | {name.partition(".")[0] for name in files if name.endswith((".py", ".so", ".pyc"))}
-        if names & late:
-            return True
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-    return False
 
 
 def wait_until_ready(timeout: float) -> bool:

@@ -94,11 +94,12 @@ def _of_this_process(torch_dir: str) -> tuple[surface_files.NativeCode, str]:
 
 
 def forked() -> None:
-    """A job forked from a warm interpreter (suites/warm_process.py; nothing of any repository ran there): what
-    `install()` took from the environment taken again, with a token of its own."""
+    """A forked job (suites/warm_process.py): what `install()` took from the environment taken again, a token of its
+    own, and what the fork rebound (its own paths, suites/warm_compiler.py; at-fork hooks) as torch's (never code)."""
     assert _state is not None
     _state.native, _state.location = _of_this_process(os.path.dirname(sys.modules["torch"].__file__ or ""))
     _state.token = os.urandom(8).hex()
+    _absorb()
 
 
 def installed() -> bool:

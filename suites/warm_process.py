@@ -20,7 +20,8 @@ it. Protocol (SOCK_SEQPACKET, one JSON object per message): to the runner `{"rea
 [...]}` (why: '' when forkable; late: the top-level modules imported after torch, which a checkout must not shadow),
 `{"id": N, "pid": P}`, `{"id": N, "status": S}`; from it `{"id": N, "argv": [...], "cwd": "...", "env": {...},
 "step": [...] or null, "python": "..."}` with the job's output descriptor. Run as `python -m suites.warm_process FD
-GIVEN` (GIVEN: a JSON file of the environment the runner gave it and the variables it set for this process only).
+GIVEN [compiler]` (GIVEN: a JSON file of the environment the runner gave it and the variables it set for this process
+only, in the interpreter's own directory; `compiler`: the compiler's imports made too, suites/warm_compiler.py).
 """
 
 from __future__ import annotations
@@ -44,17 +45,21 @@ _WRAPPER: dict[str, str | None] = {}  # what the runner's python set (None: unse
 _IMPORTS: dict[str, str | None] = {}  # what the warm-up's imports set
 _PYTHONPATH = ""  # this interpreter's at its start: its path's entries from it are the job's to set
 _SHOWN: list[str] = []  # what the warm-up's imports warned, shown again in each job's output as a fresh one shows it
+_AHEAD: Any = None  # what the compiler's imports made ahead depended on (suites/warm_compiler.py), or None
 
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.send(json.dumps(message).encode())
 
 
-def warm_up() -> tuple[str, list[str], list[str]]:
+def warm_up(compiler: str = "") -> tuple[str, list[str], list[str]]:
     """Import what a fresh job's process has imported when the repository's first code runs, and nothing more (its
     lazy imports, dynamo's and inductor's among them, stay the job's: a repository's conftest may set their
-    variables or register what they read at import, and their warnings belong to its tests); (why this process
-    cannot be forked or '', the modules imported after torch, the warnings these imports showed)."""
+    variables or register what they read at import, and their warnings belong to its tests), and with `compiler`
+    (this interpreter's own directory) the pytest plugins' and compiler's imports a built-in suite's job makes before
+    any code of its repository runs (suites/warm_compiler.py); (why this process cannot be forked or '', the
+    modules imported after torch, the warnings these imports showed)."""
+    global _AHEAD
     import warnings
 
     sys.meta_path.append(warm_install.LOOKED_FOR)  # what these imports look for and do not find
@@ -70,12 +75,22 @@ def warm_up() -> tuple[str, list[str], list[str]]:
 
         # suites.plugin's own imports (not the plugin: it reads the job's variables when imported)
         from suites import device_context, job_files, log_sections, naming, reruns, sharding  # noqa: F401
+
+        why = ""
+        if compiler:
+            from suites import warm_compiler
+
+            _AHEAD, why = warm_compiler.import_ahead(compiler)
     late = sorted({name.partition(".")[0] for name in sys.modules} - before)
     text = [warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line) for w in shown]
-    return _unforkable(torch), late, text
+    return why or _unforkable(torch), late, text
 
 
 def _unforkable(torch: Any) -> str:
+    children = [name for task in os.listdir("/proc/self/task")
+                for name in _read(f"/proc/self/task/{task}/children").split()]
+    if children:
+        return f"the imports started {len(children)} process(es) of their own"
     if threading.active_count() > 1:
         return f"{threading.active_count() - 1} Python thread(s) run in the warm interpreter"
     if torch.cuda.is_initialized():
@@ -86,6 +101,14 @@ def _unforkable(torch: Any) -> str:
         mapped = any("/dev/nvidia" in line for line in maps)
     opened = any("/dev/nvidia" in _link(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd"))
     return "the CUDA driver is initialised in the warm interpreter" if mapped or opened else ""
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return ""
 
 
 def _link(path: str) -> str:
@@ -169,6 +192,8 @@ def _become(sock: socket.socket, request: dict[str, Any], out: int) -> None:
         sys.meta_path[:] = [finder for finder in sys.meta_path if finder is not warm_install.LOOKED_FOR]
         argv = (warm_install.run_step(request["step"], imported, request.get("python", ""), _imports_on,
                                       _PYTHONPATH) if request.get("step") else request["argv"])
+        if _AHEAD is not None:
+            _take_ahead(request, argv)
         sys.stderr.write("".join(_SHOWN))
         from suites import pytest_entry
 
@@ -184,6 +209,22 @@ def _become(sock: socket.socket, request: dict[str, Any], out: int) -> None:
             sys.stderr.flush()
         finally:
             os._exit(status)
+
+
+def _take_ahead(request: dict[str, Any], argv: list[str]) -> None:
+    """The compiler's imports made ahead, taken with the job's own paths; or, when anything they depended on differs
+    for this job, its command started afresh in this process (the install step's work, if any, done)."""
+    from suites import warm_compiler
+
+    why = warm_compiler.unsure(_AHEAD, os.environ)
+    if not why:
+        warm_compiler.retake(_AHEAD, os.environ)
+        sys.orig_argv = [sys.executable, "-m", "suites.pytest_entry", *argv]  # as a fresh one's, not this one's
+        return
+    print(f"[compile-ci] the job starts a fresh interpreter: {why}", flush=True)
+    python = request.get("python") or sys.executable
+    env = dict(os.environ) if request.get("step") else request["env"]
+    os.execvpe(python, [python, "-m", "suites.pytest_entry", *argv], env)
 
 
 def _fresh_state() -> None:
@@ -241,9 +282,10 @@ def main() -> int:
     global _PYTHONPATH
     _PYTHONPATH = os.environ.get("PYTHONPATH", "")
     startup = dict(os.environ)
-    why, late, shown = warm_up()
+    why, late, shown = warm_up(os.path.dirname(sys.argv[2]) if sys.argv[3:4] == ["compiler"] else "")
     _started_with(sys.argv[2], startup)
-    _send(sock, {"ready": True, "why": why, "late": late})
+    loaded = [entry.partition("=")[0] for entry in _AHEAD.plugins] if _AHEAD is not None else []
+    _send(sock, {"ready": True, "why": why, "late": late, "plugins": loaded})
     global _SHOWN
     _SHOWN = shown
     if why:

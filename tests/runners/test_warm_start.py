@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from runners import warm_start
+from runners import first_code, warm_start
 from runners.compile_cache import TRUSTED, CacheScope
 from runners.local import LocalRunner
 from runners.protocol import RunResult, RunSpec
@@ -251,12 +251,12 @@ def test_jobs_that_cannot_be_forked_faithfully_start_fresh(tmp_path: Path) -> No
     # import the checkout's own.
     repo = tmp_path / "repo"
     (repo / "tests" / "pluggy").mkdir(parents=True)
-    assert warm_start.shadows(str(repo), frozenset({"pluggy", "_pytest"}))
+    assert first_code.shadows(str(repo), frozenset({"pluggy", "_pytest"}))
     (repo / "tests" / "pluggy").rmdir()
     (repo / "tests" / "test_x.py").write_text("")
-    assert not warm_start.shadows(str(repo), frozenset({"pluggy", "_pytest"}))
+    assert not first_code.shadows(str(repo), frozenset({"pluggy", "_pytest"}))
     (repo / "_pytest.py").write_text("")
-    assert warm_start.shadows(str(repo), frozenset({"pluggy", "_pytest"}))
+    assert first_code.shadows(str(repo), frozenset({"pluggy", "_pytest"}))
     # Which variables a job may have of its own: its directories, caches, GPUs and compile-ci's settings.
     assert all(warm_start.per_job(k) for k in ("HOME", "TMPDIR", "COMPILE_CI_DEADLINE", "CUDA_VISIBLE_DEVICES"))
     assert not any(warm_start.per_job(k) for k in ("COMPILE_CI_SOURCE_KEYS", "TORCHINDUCTOR_FREEZING", "PYTHONPATH",
