@@ -8,6 +8,12 @@ runner for a fresh job, the warm interpreter for a forked one). From the reposit
 
 `--install`: the sample is a package (pyproject.toml) and the job goes through the install step, as every pipeline
 job does (service/jobs/install.py: `pip install -e .` of the checkout's copy in the job, then the tests).
+
+`--suite`: triples instead of pairs (fresh, forked from the interpreter that imported torch and pytest, forked from
+the one that also made the compiler's imports, suites/warm_compiler.py), the test run as a built-in suite's (a
+directory outside the checkout, compile-ci's coverage plugin in its conftest) for the fresh and the compiler's, and as
+the repository's own tests (`--rootdir`, the same conftest) for the torch one; each row adds the tests' own time
+(JUnit) and the overhead (wall - tests).
 """
 
 from __future__ import annotations
@@ -64,9 +70,10 @@ def _children_cpu(pid: int) -> float:
 
 
 def one(runner: LocalRunner, repo: Path, out: Path, warm: bool, expect_forked: bool, device: str,
-        wrapped: bool = False) -> dict[str, float]:
+        wrapped: bool = False, suite: Path | None = None) -> dict[str, float]:
     runner.warm = warm
-    command = (*pytest_command(runner.python, out / "junit.xml"), "--rootdir", str(repo), str(repo / "tests"))
+    command = (*pytest_command(runner.python, out / "junit.xml"),
+               *(("--rootdir", str(repo), str(repo / "tests")) if suite is None else (str(suite),)))
     if wrapped:
         command = tuple(install.wrap(list(command), runner.python, repo, None, True))
     env = {"COMPILE_CI_DEVICE": device, "COMPILE_CI_CHECKOUT": str(repo), "COMPILE_CI_OUTPUT_DIR": str(out),
@@ -81,10 +88,14 @@ def one(runner: LocalRunner, repo: Path, out: Path, warm: bool, expect_forked: b
     cpu = sum(map(_children_cpu, reapers)) - before
     log = (out / "log.txt").read_text(errors="replace")
     forked = "forked from this host's warm interpreter" in log and "starts a fresh interpreter" not in log
-    if result.exit_code != 0 or forked != expect_forked:
+    ahead = "dynamo and inductor imported once" in log
+    if result.exit_code != 0 or forked != expect_forked or (suite is not None and forked and not ahead):
         raise SystemExit(f"{out.name}: exit {result.exit_code}, forked {forked}:\n"
                          f"{(out / 'log.txt').read_text()[-3000:]}")
-    return {"wall": wall, "cpu": cpu}
+    import xml.etree.ElementTree as ET
+
+    tests = sum(float(case.get("time", 0)) for case in ET.parse(out / "junit.xml").getroot().iter("testcase"))
+    return {"wall": wall, "cpu": cpu, "tests": tests, "overhead": wall - tests}
 
 
 def main() -> int:
@@ -92,31 +103,42 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--install", action="store_true", help="the job through the install step, as a pipeline's")
+    parser.add_argument("--suite", action="store_true", help="fresh, torch's and the compiler's warm interpreters")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="compile-ci-bench-warm-"))
     (root / "repo" / "tests").mkdir(parents=True)
     (root / "repo" / "tests" / "test_one.py").write_text(TEST)
+    suite = root / "suite" if args.suite else None
+    if suite is not None:
+        suite.mkdir()
+        (suite / "test_one.py").write_text(TEST)
+        for folder in (suite, root / "repo" / "tests"):
+            (folder / "conftest.py").write_text('pytest_plugins = ("suites.coverage",)\n')  # as compile-ci's suites
     if args.install:
         (root / "repo" / "benchpkg").mkdir()
         (root / "repo" / "benchpkg" / "__init__.py").write_text("")
         (root / "repo" / "pyproject.toml").write_text(PYPROJECT)
     runner = LocalRunner(warm=True)
     # Unmeasured: fills the trusted cache and, finding no warm interpreter for its environment, starts one.
-    one(runner, root / "repo", root / "fill", True, False, args.device, args.install)
-    rows: dict[str, list[dict[str, float]]] = {"fresh": [], "forked": []}
+    one(runner, root / "repo", root / "fill", True, False, args.device, args.install, suite)
+    if suite is not None:  # and the torch one
+        one(runner, root / "repo", root / "fill-torch", True, False, args.device, args.install)
+    kinds = ("fresh", "forked", "compiler") if suite is not None else ("fresh", "forked")
+    rows: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
     for index in range(args.pairs):
-        for kind in ("fresh", "forked"):
-            if kind == "forked" and not warm_start.wait_until_ready(120):
+        for kind in kinds:
+            if kind != "fresh" and not warm_start.wait_until_ready(180):
                 raise SystemExit("the warm interpreter did not start")
-            rows[kind].append(one(runner, root / "repo", root / f"{kind}{index}", kind == "forked", kind == "forked",
-                                  args.device, args.install))
-            print(f"pair {index + 1} {kind}: wall {rows[kind][-1]['wall']:.2f} s, cpu {rows[kind][-1]['cpu']:.2f} s",
-                  flush=True)
+            rows[kind].append(one(runner, root / "repo", root / f"{kind}{index}", kind != "fresh", kind != "fresh",
+                                  args.device, args.install, suite if kind != "forked" else None))
+            row = rows[kind][-1]
+            print(f"round {index + 1} {kind}: wall {row['wall']:.2f} s, cpu {row['cpu']:.2f} s, "
+                  f"tests {row['tests']:.2f} s, overhead {row['overhead']:.2f} s", flush=True)
     report = {"host": {"cpus": os.cpu_count(), "machine": platform.machine(), "load_average": os.getloadavg()},
               "device": args.device, "install_step": args.install,
               "pairs": args.pairs, "rows": rows,
-              "median": {k: {m: round(statistics.median(r[m] for r in v), 2) for m in ("wall", "cpu")}
+              "median": {k: {m: round(statistics.median(r[m] for r in v), 2) for m in ("wall", "cpu", "overhead")}
                          for k, v in rows.items()}}
     print(json.dumps(report["median"]))
     if args.out is not None:

@@ -26,6 +26,7 @@ import contextlib
 import importlib.metadata
 import os
 import re
+import subprocess
 import sys
 import types
 import warnings
@@ -117,7 +118,7 @@ def import_ahead(private: str) -> tuple[Ahead, str]:
     ahead.mine = {name: os.path.abspath(os.environ[name]) for name in PATHS if os.environ.get(name)}
     existing = _directories(ahead.private)
     try:
-        with recorded(ahead):
+        with recorded(ahead), _cuda_answered():
             for name in IMPORTS:
                 __import__(name)
     except Exception as exc:  # noqa: BLE001 - a job then imports them itself, as a fresh one does
@@ -129,6 +130,28 @@ def import_ahead(private: str) -> tuple[Ahead, str]:
     if fixed:
         return ahead, f"the imports kept the warm interpreter's directory where a job cannot replace it: {fixed[0]}"
     return ahead, ""
+
+
+@contextlib.contextmanager
+def _cuda_answered() -> Iterator[None]:
+    """`torch.cuda.is_available()` answered, while the imports run, by a fresh interpreter with this environment:
+    asked here, the CUDA runtime would initialise the driver in the warm interpreter, which then cannot be forked
+    (inductor's benchmarking module asks at import); the answer is the one a fresh job with the same environment and
+    GPUs gets (the interpreter is kept per CUDA_VISIBLE_DEVICES)."""
+    import torch
+
+    if not torch.cuda._is_compiled() or torch.cuda.is_initialized():
+        yield
+        return
+    asked = subprocess.run([sys.executable, "-c", "import torch; print(int(torch.cuda.is_available()))"],
+                           capture_output=True, text=True, timeout=300, check=False)
+    answer = asked.stdout.strip().endswith("1")
+    stock = torch.cuda.is_available
+    torch.cuda.is_available = lambda: answer
+    try:
+        yield
+    finally:
+        torch.cuda.is_available = stock
 
 
 def _directories(root: str) -> set[str]:
