@@ -24,28 +24,10 @@ from runners.local import LocalRunner
 from runners.protocol import RunResult, RunSpec
 from service.jobs import install
 from service.jobs.pipeline import pytest_command
+from tests.runners.test_warm_start import MODEL, PATCH  # the same model and compiler patch
 
 ROOT = Path(__file__).resolve().parents[2]
 AHEAD = "forked from this host's warm interpreter (torch, pytest, dynamo and inductor imported once)"
-PACKAGE = '''
-import torch
-
-
-def double_sin(x):
-    return torch.sin(x) * 2 + torch.cos(x)
-'''
-PATCH = '''
-import torch._inductor.decomposition as decomposition
-
-_stock = decomposition.select_decomp_table
-
-
-def select_decomp_table():  # the repository's own wrapper of one of inductor's functions
-    return _stock()
-
-
-decomposition.select_decomp_table = select_decomp_table
-'''
 PYPROJECT = '''
 [build-system]
 requires = ["setuptools"]
@@ -145,7 +127,7 @@ def test_a_suites_job_forked_after_the_compilers_imports_is_the_fresh_job(runner
     (tmp_path / "repo" / "zoopkg").mkdir(parents=True)
     (tmp_path / "repo" / "pyproject.toml").write_text(PYPROJECT)
     (tmp_path / "repo" / "zoopkg" / "__init__.py").write_text("")
-    (tmp_path / "repo" / "zoopkg" / "model.py").write_text(PACKAGE)
+    (tmp_path / "repo" / "zoopkg" / "model.py").write_text(MODEL)
     (tmp_path / "repo" / "zoopkg" / "patch.py").write_text(PATCH)
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "conftest.py").write_text('pytest_plugins = ("suites.coverage",)\n')  # as compile-ci's
