@@ -30,6 +30,7 @@ SECONDS = {
     "tests/integration/test_pipeline.py": 51, "tests/suites/test_planted_passes.py": 51,
     "tests/runners/test_toolchain.py": 50, "tests/suites/test_planted_numerics.py": 49,
     "tests/suites/test_repro.py": 47, "tests/runners/test_compile_cache_attack.py": 45,
+    "tests/runners/test_warm_compiler.py": 45,  # new on 2026-11-30: its time alone, quiet
     "tests/integration/test_output_attacks.py": 44, "tests/suites/test_declared_targets.py": 43,
     "tests/suites/test_cpu_levels.py": 42, "tests/browser/test_base_pages.py": 41,
     "tests/suites/test_compiler_surface_hosts.py": 39, "tests/suites/test_planted_autograd.py": 39,
