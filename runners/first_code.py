@@ -46,14 +46,6 @@ def repository_code_first(command: Sequence[str], python: str, env: Mapping[str,
     return ""
 
 
-def blocked_plugins(command: Sequence[str]) -> set[str]:
-    """The plugins the job's command blocks (`-p no:NAME`): a fresh process never imports them."""
-    command = job_command(command)
-    names = [command[i + 1] for i, arg in enumerate(command[:-1]) if arg == "-p"]
-    names += [arg[2:] for arg in command if arg.startswith("-p") and len(arg) > 2]
-    return {name[3:] for name in names if name.startswith("no:")}
-
-
 def shadows(checkout: str, late: frozenset[str]) -> bool:
     """Whether the checkout holds a module or package named like one the warm interpreter imported after torch (or
     more entries than are worth reading: then say yes)."""

@@ -115,7 +115,6 @@ class Warm:
         self.ready = threading.Event()
         self.why = "starting"
         self.late: frozenset[str] = frozenset()
-        self.plugins: frozenset[str] = frozenset()  # the pytest plugins it imported (compiler)
         self.jobs: dict[int, WarmJob] = {}
         self.next_id = 0
         self.retired = False
@@ -134,7 +133,6 @@ class Warm:
             message: dict[str, Any] = json.loads(data)
             if message.get("ready"):
                 self.why, self.late = str(message.get("why", "")), frozenset(message.get("late", ()))
-                self.plugins = frozenset(message.get("plugins", ()))
                 self.baseline = set(os.listdir(self.home / "home"))  # what its own imports wrote there
                 self.ready.set()
                 if self.why:
@@ -251,21 +249,24 @@ def start(python: str, command: Sequence[str], cwd: Path, env: Mapping[str, str]
     kinds = ["torch"]
     if not first_code.repository_code_first(command, python, env, checkout):
         kinds.insert(0, f"compiler:{env.get('CUDA_VISIBLE_DEVICES', '')}")
+    unusable = False  # the compiler's kind is ready and cannot take this job: the torch kind may be started for it
     for kind in kinds:
         compiler = kind.startswith("compiler:")
         with _pool_lock:
             warm = _pool.get((python, shared, kind))
             if warm is None or warm.retired:
+                if not (compiler or len(kinds) == 1 or unusable):
+                    return None  # the compiler's kind is starting: this job runs fresh
                 if len(_pool) >= MAX_WARM:
                     _pool.pop(next(iter(_pool))).retire("more environments than MAX_WARM")
                 visible = {"CUDA_VISIBLE_DEVICES": kind.partition(":")[2]} if compiler and kind != "compiler:" else {}
                 _pool[(python, shared, kind)] = Warm(python, {**dict(shared), **visible}, compiler)
                 return None
         if not warm.ready.is_set():
-            return None
-        if warm.why or (compiler and first_code.blocked_plugins(command) & warm.plugins) or \
-                first_code.shadows(checkout, warm.late):
-            continue  # the compiler's imports cannot be taken: one that imported torch and pytest, or fresh
+            continue  # while the compiler's kind imports, the torch kind (if there is one) takes the job
+        if warm.why or first_code.shadows(checkout, warm.late):
+            unusable = True
+            continue
         return warm.start(job[3:], cwd, env, step)
     return None
 

@@ -56,9 +56,9 @@ def warm_up(compiler: str = "") -> tuple[str, list[str], list[str]]:
     """Import what a fresh job's process has imported when the repository's first code runs, and nothing more (its
     lazy imports, dynamo's and inductor's among them, stay the job's: a repository's conftest may set their
     variables or register what they read at import, and their warnings belong to its tests), and with `compiler`
-    (this interpreter's own directory) the pytest plugins' and compiler's imports a built-in suite's job makes before
-    any code of its repository runs (suites/warm_compiler.py); (why this process cannot be forked or '', the
-    modules imported after torch, the warnings these imports showed)."""
+    (this interpreter's own directory) the compiler's imports a built-in suite's job makes before any code of its
+    repository runs (suites/warm_compiler.py); (why this process cannot be forked or '', the modules imported after
+    torch, the warnings these imports showed)."""
     global _AHEAD
     import warnings
 
@@ -284,8 +284,7 @@ def main() -> int:
     startup = dict(os.environ)
     why, late, shown = warm_up(os.path.dirname(sys.argv[2]) if sys.argv[3:4] == ["compiler"] else "")
     _started_with(sys.argv[2], startup)
-    loaded = [entry.partition("=")[0] for entry in _AHEAD.plugins] if _AHEAD is not None else []
-    _send(sock, {"ready": True, "why": why, "late": late, "plugins": loaded})
+    _send(sock, {"ready": True, "why": why, "late": late})
     global _SHOWN
     _SHOWN = shown
     if why:

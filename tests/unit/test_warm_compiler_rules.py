@@ -180,4 +180,3 @@ def test_which_jobs_run_no_code_of_their_repository_before_the_configure_hooks(c
                                                                                why: str) -> None:
     found = first_code.repository_code_first(command, "py", env, "/repo")
     assert (found.startswith(why) if why else found == ""), found
-    assert first_code.blocked_plugins([*command, "-p", "no:xdist"]) == {"xdist"}
