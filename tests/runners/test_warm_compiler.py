@@ -24,22 +24,12 @@ from runners.local import LocalRunner
 from runners.protocol import RunResult, RunSpec
 from service.jobs import install
 from service.jobs.pipeline import pytest_command
+from tests.runners.test_warm_install import PYPROJECT as WARM_INSTALL_PYPROJECT
 from tests.runners.test_warm_start import MODEL, PATCH  # the same model and compiler patch
 
 ROOT = Path(__file__).resolve().parents[2]
 AHEAD = "forked from this host's warm interpreter (torch, pytest, dynamo and inductor imported once)"
-PYPROJECT = '''
-[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "zoopkg"
-version = "0.1"
-
-[tool.setuptools]
-packages = ["zoopkg"]
-'''
+PYPROJECT = WARM_INSTALL_PYPROJECT.replace("warminstall", "zoopkg")  # the same package, its own name
 SUITE = '''
 import json, os, sys
 
