@@ -58,6 +58,7 @@ from bench.base_compare import ROOT, settings_for
 from bench.private_stack import private_stack
 from bench.shard_figures import FULL_NAME, describe, seed_durations, versions
 from bench.shard_repos import PATCH, Repository, declared_repository, stand_in_repository
+from runners import warm_start
 from service.celery_app import slots_by_queue
 from service.config import Settings
 from service.devkit.embedded_workers import own_loop_worker
@@ -129,9 +130,10 @@ def worker(settings: Settings, shards: int, queue: str, own_cpus: bool = True) -
         while slots_by_queue(device, timeout=2.0).get(queue, 0) < shards:
             time.sleep(0.2)
         # As a deployment's long-running worker: what it makes for every job of the host when it starts (the
-        # LocalRunner's ISA verdict, source keys and precompiled header) is made before the first push comes.
+        # LocalRunner's ISA verdict, source keys, precompiled header and warm interpreters) is made before the first
+        # push comes.
         waited = time.monotonic()
-        if not wait_prepared(900):
+        if not wait_prepared(900) or not warm_start.wait_until_ready(300):  # its warm interpreters too
             print("the host's preparation did not end within 900 s", flush=True)
         if time.monotonic() - waited > 1.0:
             print(f"worker of {shards} slot(s): host prepared for jobs ({time.monotonic() - waited:.1f} s waited)",

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -97,10 +98,16 @@ class LocalRunner:
                 self._torch = ""
         return self._torch
 
-    def prepare(self, cache_root: Path) -> None:
+    def prepare(self, cache_root: Path, devices: Sequence[str] = ()) -> None:
         """What every job of this host needs and no job writes, made when the worker starts rather than by its first
         job: the CPU-ISA verdict, inductor's source keys and the precompiled header (on a 16-core GPU host its first
-        job waited about 50 s for them). A job that starts meanwhile waits for the same, under the same locks."""
+        job waited about 50 s for them). A job that starts meanwhile waits for the same, under the same locks. With
+        warm starts, the warm interpreter of a built-in suite's job on each of `devices` (the worker's queues) and
+        each slot's size is started first, so the worker's first jobs fork from it rather than start fresh."""
+        if self.warm:
+            for device in dict.fromkeys(devices):
+                for part in dict.fromkeys(self.shares.parts):
+                    warm_start.prestart(self.python, self._job_env(part, device, {}))
         self._seed(cache_root, "cpu", self._host_env())
 
     def _host_env(self) -> dict[str, str]:
@@ -109,6 +116,17 @@ class LocalRunner:
         env = host_env()
         env.update(vec_isa_env(self.python, env))
         env.update(source_keys_env(self.python, env))
+        return env
+
+    def _job_env(self, part: Sequence[int], device: str, own: Mapping[str, str]) -> dict[str, str]:
+        """A job's environment on CPUs `part`: the host's, then the job's `own` (its directories, compile-ci's
+        settings), then what no job on `device` may turn off, and the GPUs it may see."""
+        env = self._host_env()
+        env.update({"PYTHONUNBUFFERED": "1", **job_env(part), **own})
+        env.update(gpu_job_env(device))
+        visible = visible_devices(device, self.gpus)
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
         return env
 
     def _seed(self, cache_root: Path, device: str, env: dict[str, str]) -> Path | None:
@@ -136,14 +154,9 @@ class LocalRunner:
         job_out.mkdir(parents=True)
         scratch.mkdir()
         paths = [(str(spec.output_dir), str(job_out))]
-        env = self._host_env()
-        seed = self._seed(spec.cache.root, spec.device, env) if spec.cache is not None else None
-        env.update({"HOME": str(scratch), "TMPDIR": str(scratch), "PYTHONUNBUFFERED": "1", **job_env(part)})
-        env.update({key: map_paths(value, paths) for key, value in spec.env.items()})
-        env.update(gpu_job_env(spec.device))
-        visible = visible_devices(spec.device, self.gpus)
-        if visible is not None:
-            env["CUDA_VISIBLE_DEVICES"] = visible
+        seed = self._seed(spec.cache.root, spec.device, self._host_env()) if spec.cache is not None else None
+        env = self._job_env(part, spec.device, {"HOME": str(scratch), "TMPDIR": str(scratch),
+                                                **{key: map_paths(value, paths) for key, value in spec.env.items()}})
         start = time.monotonic()
         cache: JobCache | None = None
         outcome = "not started"

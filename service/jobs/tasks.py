@@ -66,9 +66,10 @@ def _close_runners(**_: object) -> None:
 _PREPARING: list[threading.Thread] = []
 
 
-def start_preparing(runner: Runner, cache_root: Path) -> None:
+def start_preparing(runner: Runner, cache_root: Path, devices: tuple[str, ...] = ()) -> None:
     """A job worker's runner makes, as the worker starts, what every job of the host needs (runners/local.py's
-    `prepare`: the ISA verdict, inductor's source keys, the precompiled header), so no job waits for it."""
+    `prepare`: the ISA verdict, inductor's source keys, the precompiled header), so no job waits for it; and, in the
+    process that runs the jobs, what each of `devices` needs there (LocalRunner: the warm interpreters)."""
     prepare = getattr(runner, "prepare", None)
     if prepare is None:
         return
@@ -76,7 +77,7 @@ def start_preparing(runner: Runner, cache_root: Path) -> None:
     def run() -> None:
         started = time.monotonic()
         try:
-            prepare(cache_root)
+            prepare(cache_root, devices)
         except Exception:  # noqa: BLE001 - a job makes what is missing itself, as before
             log.exception("the host's preparation failed; the first job makes what it needs")
             return
@@ -85,6 +86,12 @@ def start_preparing(runner: Runner, cache_root: Path) -> None:
     thread = threading.Thread(target=run, name="prepare-host", daemon=True)
     _PREPARING.append(thread)
     thread.start()
+
+
+def queue_devices(queues: set[str]) -> tuple[str, ...]:
+    """The devices of a worker's job queues (`cpu`, `cuda2`, `cpu-torch2.14`: cpu and cuda)."""
+    return tuple(sorted({"cuda" if q.startswith("cuda") else "cpu" for q in queues if q.partition("-torch")[0]
+                         in ("cpu", "cuda", "cuda2")}))
 
 
 def wait_prepared(timeout: float) -> bool:
@@ -156,16 +163,18 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
     install_worker(app, settings, ctx.store)
     _RUNNERS.add(ctx.runner)
 
-    job_worker: list[bool] = []  # set in the worker's main process, so its pool's children inherit it
+    job_worker: list[tuple[str, ...]] = []  # set in the worker's main process, so its pool's children inherit it
 
     def _prepare(sender: Any = None, **_kw: Any) -> None:  # Celery's signals are global: this app's worker only
-        if getattr(sender, "app", None) is app and set(app.amqp.queues.consume_from or {}) - {"github"}:
-            job_worker.append(True)
-            start_preparing(ctx.runner, settings.cache_dir)
+        queues = set(app.amqp.queues.consume_from or {}) - {"github"}
+        if getattr(sender, "app", None) is app and queues:
+            job_worker.append(queue_devices(queues))
+            prefork = "prefork" in str(getattr(sender.pool_cls, "__module__", sender.pool_cls))
+            start_preparing(ctx.runner, settings.cache_dir, () if prefork else job_worker[0])
 
     def _prepare_child(**_kw: Any) -> None:  # a prefork child runs the jobs: what it keeps in memory, made now
         if job_worker:
-            start_preparing(ctx.runner, settings.cache_dir)
+            start_preparing(ctx.runner, settings.cache_dir, job_worker[0])
 
     worker_init.connect(_prepare, weak=False)
     worker_process_init.connect(_prepare_child, weak=False)

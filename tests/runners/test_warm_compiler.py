@@ -149,3 +149,28 @@ def test_a_suites_job_forked_after_the_compilers_imports_is_the_fresh_job(runner
         assert state["kept"] == [] and state["environ"] == [], (name, state)
         assert state["dynamo_cache"].startswith(str(tmp_path / "cache")), (name, state)
         assert state["header_dir"].startswith(str(tmp_path / f"{name}.job" / "tmp")), (name, state)
+
+
+def test_a_worker_that_prepared_forks_its_first_suites_job_on_each_device(tmp_path: Path) -> None:
+    """A worker's preparation starts the interpreter its built-in suites' jobs take, for each device it serves
+    (runners/local.py's `prepare`), so its very first job forks too, on cpu (no GPU visible) and on cuda (its GPU and
+    the variables every cuda job gets)."""
+    warm_start.close_all()
+    runner = LocalRunner(warm=True, gpus=("0",))
+    runner.prepare(tmp_path / "cache", ("cpu", "cuda"))
+    assert warm_start.wait_until_ready(180)
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "test_env.py").write_text(
+        "import os\n\ndef test_env():\n    assert (os.environ['CUDA_VISIBLE_DEVICES'], os.environ.get("
+        "'NCCL_NVLS_ENABLE')) == {'cpu': ('', None), 'cuda': ('0', '0')}[os.environ['COMPILE_CI_DEVICE']]\n")
+    for device in ("cpu", "cuda"):
+        out = tmp_path / device
+        env = {"COMPILE_CI_DEVICE": device, "COMPILE_CI_CHECKOUT": str(tmp_path / "repo"),
+               "COMPILE_CI_OUTPUT_DIR": str(out), "COMPILE_CI_TARGETS": "{}",
+               "COMPILE_CI_DEADLINE": str(int(time.time() + 600))}
+        command = (*pytest_command(runner.python, out / "junit.xml"), str(tmp_path / "suite"))
+        result = runner.run(RunSpec(job_id=device, command=command, checkout_dir=tmp_path / "repo", output_dir=out,
+                                    timeout_s=600, device=device, env=env, suites_dir=ROOT / "suites",
+                                    cache=CacheScope(tmp_path / "cache", "zoo", UNTRUSTED, 7)))
+        log = (out / "log.txt").read_text(errors="replace")
+        assert result.exit_code == 0 and AHEAD in log and "fresh interpreter" not in log, (device, log[-3000:])
