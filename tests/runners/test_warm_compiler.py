@@ -3,11 +3,12 @@ suites/warm_compiler.py) is the job a fresh interpreter runs.
 
 A sample repository (its own installable package, a dependency, a model and a patch that rebinds one of inductor's
 functions, imported by the suite's tests) is run by a suite that lives outside it, as compile-ci's do, through the
-LocalRunner: fresh first (it starts the warm interpreter), then forked, behind its install step. Both give the same
-outcomes, compiler fingerprint, generated code and op families; in the forked job no module state holds a path of the
-warm interpreter's (the whole of it scanned), and dynamo's package cache and inductor's header directory are the
-job's own. A job whose dependencies bring a pytest plugin (it would run before the configure hooks) starts afresh
-after its install step, says why, and ends the same.
+LocalRunner: fresh, and forked behind its install step from the interpreter the runner started as it prepared (as a
+worker does, for each device it serves). Both give the same outcomes, compiler fingerprint, generated code and op
+families; in the forked job no module state holds a path of the warm interpreter's (the whole of it scanned), and
+dynamo's package cache and inductor's header directory are the job's own. A job whose dependencies bring a pytest
+plugin (it would run before the configure hooks) starts afresh after its install step, says why, and ends the same.
+A cuda job forks from the interpreter prepared for its device, with its GPU and the variables every cuda job gets.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def test_wrong_expectation_fails():
 @pytest.fixture
 def runner() -> LocalRunner:
     warm_start.close_all()
-    return LocalRunner(warm=True)
+    return LocalRunner(warm=True, gpus=("0",))
 
 
 PLUGIN = {"zooplug.py": "import os\nos.environ['ZOO_PLUGGED'] = '1'\n",
@@ -92,12 +93,17 @@ def _run(runner: LocalRunner, tmp_path: Path, name: str, deps: Path) -> tuple[Ru
     repo, suite, out = tmp_path / "repo", tmp_path / "suite", tmp_path / name
     command = tuple(install.wrap([*pytest_command(runner.python, out / "junit.xml"), str(suite)], runner.python, repo,
                                  deps, True))
-    env = {"COMPILE_CI_DEVICE": "cpu", "COMPILE_CI_CHECKOUT": str(repo), "COMPILE_CI_OUTPUT_DIR": str(out),
+    return runner.run(_spec(tmp_path, name, command, "cpu", deps)), out
+
+
+def _spec(tmp_path: Path, name: str, command: tuple[str, ...], device: str, deps: Path | None = None) -> RunSpec:
+    repo, out = tmp_path / "repo", tmp_path / name
+    env = {"COMPILE_CI_DEVICE": device, "COMPILE_CI_CHECKOUT": str(repo), "COMPILE_CI_OUTPUT_DIR": str(out),
            "COMPILE_CI_TARGETS": "{}", "COMPILE_CI_DEADLINE": str(int(time.time() + 600))}
     # A pull request's: each job compiles from an empty copy of the repository's cache (cold, in either order).
     cache = CacheScope(tmp_path / "cache", "zoo", UNTRUSTED, 7)
-    return runner.run(RunSpec(job_id=name, command=command, checkout_dir=repo, output_dir=out, timeout_s=600,
-                              env=env, cache=cache, suites_dir=ROOT / "suites", deps_dir=deps)), out
+    return RunSpec(job_id=name, command=command, checkout_dir=repo, output_dir=out, timeout_s=600, device=device,
+                   env=env, cache=cache, suites_dir=ROOT / "suites", deps_dir=deps)
 
 
 def _seen(out: Path) -> dict[str, object]:
@@ -123,7 +129,10 @@ def test_a_suites_job_forked_after_the_compilers_imports_is_the_fresh_job(runner
     (tmp_path / "suite" / "conftest.py").write_text('pytest_plugins = ("suites.coverage",)\n')  # as compile-ci's
     (tmp_path / "suite" / "test_zoo.py").write_text(SUITE)
 
-    fresh, fresh_out = _run(runner, tmp_path, "fresh", _deps(tmp_path, "deps", {}))
+    # A worker's preparation starts the interpreter its built-in suites' jobs take, on each device it serves
+    # (runners/local.py's `prepare`), while a runner without warm starts runs the fresh job.
+    runner.prepare(tmp_path / "cache", ("cpu", "cuda"))
+    fresh, fresh_out = _run(LocalRunner(), tmp_path, "fresh", _deps(tmp_path, "deps", {}))
     assert warm_start.wait_until_ready(180)
     forked, forked_out = _run(runner, tmp_path, "forked", tmp_path / "deps")
     plugged, plugged_out = _run(runner, tmp_path, "plugged", _deps(tmp_path, "deps-plugin", PLUGIN))
@@ -150,27 +159,14 @@ def test_a_suites_job_forked_after_the_compilers_imports_is_the_fresh_job(runner
         assert state["dynamo_cache"].startswith(str(tmp_path / "cache")), (name, state)
         assert state["header_dir"].startswith(str(tmp_path / f"{name}.job" / "tmp")), (name, state)
 
+    # The cuda job forks from the interpreter prepared for its device: its GPU and the variables every cuda job gets.
+    (tmp_path / "cuda-suite").mkdir()
+    (tmp_path / "cuda-suite" / "test_env.py").write_text(
+        "import os\n\ndef test_env():\n    assert (os.environ['CUDA_VISIBLE_DEVICES'], "
+        "os.environ['NCCL_NVLS_ENABLE']) == ('0', '0')\n")
+    out = tmp_path / "cuda"
+    command = (*pytest_command(runner.python, out / "junit.xml"), str(tmp_path / "cuda-suite"))
+    result = runner.run(_spec(tmp_path, "cuda", command, "cuda"))
+    log = (out / "log.txt").read_text(errors="replace")
+    assert result.exit_code == 0 and AHEAD in log and "fresh interpreter" not in log, log[-3000:]
 
-def test_a_worker_that_prepared_forks_its_first_suites_job_on_each_device(tmp_path: Path) -> None:
-    """A worker's preparation starts the interpreter its built-in suites' jobs take, for each device it serves
-    (runners/local.py's `prepare`), so its very first job forks too, on cpu (no GPU visible) and on cuda (its GPU and
-    the variables every cuda job gets)."""
-    warm_start.close_all()
-    runner = LocalRunner(warm=True, gpus=("0",))
-    runner.prepare(tmp_path / "cache", ("cpu", "cuda"))
-    assert warm_start.wait_until_ready(180)
-    (tmp_path / "suite").mkdir()
-    (tmp_path / "suite" / "test_env.py").write_text(
-        "import os\n\ndef test_env():\n    assert (os.environ['CUDA_VISIBLE_DEVICES'], os.environ.get("
-        "'NCCL_NVLS_ENABLE')) == {'cpu': ('', None), 'cuda': ('0', '0')}[os.environ['COMPILE_CI_DEVICE']]\n")
-    for device in ("cpu", "cuda"):
-        out = tmp_path / device
-        env = {"COMPILE_CI_DEVICE": device, "COMPILE_CI_CHECKOUT": str(tmp_path / "repo"),
-               "COMPILE_CI_OUTPUT_DIR": str(out), "COMPILE_CI_TARGETS": "{}",
-               "COMPILE_CI_DEADLINE": str(int(time.time() + 600))}
-        command = (*pytest_command(runner.python, out / "junit.xml"), str(tmp_path / "suite"))
-        result = runner.run(RunSpec(job_id=device, command=command, checkout_dir=tmp_path / "repo", output_dir=out,
-                                    timeout_s=600, device=device, env=env, suites_dir=ROOT / "suites",
-                                    cache=CacheScope(tmp_path / "cache", "zoo", UNTRUSTED, 7)))
-        log = (out / "log.txt").read_text(errors="replace")
-        assert result.exit_code == 0 and AHEAD in log and "fresh interpreter" not in log, (device, log[-3000:])
