@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-log = logging.getLogger("runners.warm_start")
+log = logging.getLogger("runners.warm_start")  # the name operators know its lines by (the pool's)
 
 # The job's user name as inductor spells it in its default cache directory (getpass, sanitised as inductor does).
 JOB_USER = re.sub(r'[\\/:*?"<>|]', "_", pwd.getpwuid(os.getuid()).pw_name)

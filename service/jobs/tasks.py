@@ -166,8 +166,10 @@ def create_worker_celery(settings: Settings, suites_dir: Path | None = None) -> 
     job_worker: list[tuple[str, ...]] = []  # set in the worker's main process, so its pool's children inherit it
 
     def _prepare(sender: Any = None, **_kw: Any) -> None:  # Celery's signals are global: this app's worker only
+        if getattr(sender, "app", None) is not app:
+            return
         queues = set(app.amqp.queues.consume_from or {}) - {"github"}
-        if getattr(sender, "app", None) is app and queues:
+        if queues:
             job_worker.append(queue_devices(queues))
             prefork = "prefork" in str(getattr(sender.pool_cls, "__module__", sender.pool_cls))
             start_preparing(ctx.runner, settings.cache_dir, () if prefork else job_worker[0])
