@@ -37,7 +37,7 @@ class LocalPostgres:
         self.disk = self.root / "disk"
         self.port = free_port()
         # fsync off: a test's data need not survive a power cut; the fault bench keeps it on (fast=False).
-        self._options = [f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.root}",
+        self._options = [self._listen(),
                          *(["-c fsync=off -c synchronous_commit=off -c full_page_writes=off"] if fast else [])]
         self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         if self._as:
@@ -58,7 +58,7 @@ class LocalPostgres:
         if not (self.data / "PG_VERSION").exists():
             self._run(_binary("initdb"), "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8",
                       "--no-instructions")
-            self._pg_ctl_start()
+            self._pg_ctl_start(first=True)
             tablespace = " TABLESPACE small_disk" if self._mount_small_disk() else ""
             self.sql(f"CREATE DATABASE {DATABASE}{tablespace}", database="postgres")
         else:
@@ -97,9 +97,25 @@ class LocalPostgres:
     def free_disk(self) -> None:
         self.sql("DROP TABLE disk_filler")
 
-    def _pg_ctl_start(self) -> None:
-        self._run(_binary("pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"), "-w", "-t", "60",
-                  "-o", " ".join(self._options), "start")
+    def _pg_ctl_start(self, *, first: bool = False) -> None:
+        """Start the server; on its first start, a port another process took since `free_port` chose it is
+        swapped for a new one (a restart keeps its port: clients hold the URL). A failure quotes the server's log."""
+        for attempt in range(5):
+            log = self.root / f"server{attempt or ''}.log"
+            try:
+                self._run(_binary("pg_ctl"), "-D", str(self.data), "-l", str(log), "-w", "-t", "60",
+                          "-o", " ".join(self._options), "start")
+                return
+            except RuntimeError as exc:
+                said = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                if first and "already in use" in said and attempt < 4:
+                    self.port = free_port()
+                    self._options[0] = self._listen()
+                    continue
+                raise RuntimeError(f"{exc}\nthe server's log ({log}):\n{said.strip()}") from None
+
+    def _listen(self) -> str:
+        return f"-c listen_addresses=127.0.0.1 -c port={self.port} -c unix_socket_directories={self.root}"
 
     def create_database(self, name: str) -> str:
         """A fresh database on this server (one per test); its SQLAlchemy URL."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from celery.contrib.testing.worker import start_worker
 from service.config import Settings
 from service.devkit.github_emulator import GitHubEmulator
 from service.devkit.sandbox.sample_repo import commit_file
-from service.devkit.sandbox.stack import INSTALLATION_ID
+from service.devkit.sandbox.stack import INSTALLATION_ID, free_port
 from service.jobs import install
 from service.jobs.tasks import create_worker_celery
 from tests.integration.test_pipeline import FULL_NAME, await_check_runs, open_pr
@@ -62,12 +61,6 @@ def test_the_shared_environment_cannot_be_poisoned_for_the_next_job():
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _wheel(root: Path, name: str, version: str, code: str, dependencies: tuple[str, ...] = ()) -> None:
     source = root / f"{name}-{version}-src"
     (source / name).mkdir(parents=True)
@@ -91,7 +84,7 @@ def package_index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[st
     _wheel(root, "visionlib", "1.0", "VERSION = 1\n", ("torch>=2", "tinydep"))
     _wheel(root, "visionlib", "2.0", "VERSION = 2\n", ("torch==99.0",))
     _wheel(root, "torch", "99.0", "")
-    port, log = _free_port(), root / "access.log"
+    port, log = free_port(), root / "access.log"
     server = subprocess.Popen([sys.executable, "-m", "pypiserver", "run", "-p", str(port), "-i", "127.0.0.1",
                                "-a", ".", "-P", ".", "--disable-fallback", "-v", "--log-file", str(log),
                                str(root / "packages")],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import secrets
 import shutil
 import signal
@@ -36,7 +37,25 @@ def _stop_by_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
+    """A loopback port free now and below the kernel's ephemeral range, so that no outgoing connection (Redis
+    clients, docker, pip) can be given it between this call and the server's bind; port 0's answer could be."""
+    high = min(_ephemeral_low(), 65536)
+    for _ in range(200):
+        port = random.randrange(max(1024, high - 12000), high)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
