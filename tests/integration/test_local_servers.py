@@ -3,6 +3,7 @@ the run (CI lost a Postgres fixture that way), and our choices stay out of the p
 
 from __future__ import annotations
 
+import random
 import socket
 from pathlib import Path
 
@@ -18,6 +19,13 @@ def test_free_ports_are_below_the_kernels_ephemeral_range_and_bindable() -> None
     for port in list(ports)[:5]:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))
+    # Tests seed Python's generator (hypothesis does, per example): two test processes seeded alike must not be
+    # handed the same ports.
+    chosen = []
+    for _ in range(2):
+        random.seed(1234)
+        chosen.append([free_port() for _ in range(5)])
+    assert chosen[0] != chosen[1]
 
 
 def test_postgres_whose_port_was_taken_before_it_started_moves_to_another_and_serves() -> None:

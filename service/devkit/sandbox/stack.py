@@ -37,6 +37,9 @@ def _stop_by_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+_PORTS = random.SystemRandom()  # not the module's generator: a test that seeds it must not align our choices
+
+
 def _ephemeral_low() -> int:
     try:
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
@@ -49,7 +52,7 @@ def free_port() -> int:
     clients, docker, pip) can be given it between this call and the server's bind; port 0's answer could be."""
     high = min(_ephemeral_low(), 65536)
     for _ in range(200):
-        port = random.randrange(max(1024, high - 12000), high)
+        port = _PORTS.randrange(max(1024, high - 12000), high)
         with socket.socket() as sock:
             try:
                 sock.bind(("127.0.0.1", port))
