@@ -7,7 +7,10 @@ import random
 import socket
 from pathlib import Path
 
+import pytest
+
 from service.devkit.postgres import LocalPostgres
+from service.devkit.sandbox import stack
 from service.devkit.sandbox.stack import free_port
 
 
@@ -26,6 +29,13 @@ def test_free_ports_are_below_the_kernels_ephemeral_range_and_bindable() -> None
         random.seed(1234)
         chosen.append([free_port() for _ in range(5)])
     assert chosen[0] != chosen[1]
+
+
+def test_a_host_whose_ephemeral_range_is_everything_still_gets_a_free_port(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(stack, "_ephemeral_low", lambda: 1024)
+    port = free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
 
 
 def test_postgres_whose_port_was_taken_before_it_started_moves_to_another_and_serves() -> None:

@@ -51,7 +51,7 @@ def free_port() -> int:
     """A loopback port free now and below the kernel's ephemeral range, so that no outgoing connection (Redis
     clients, docker, pip) can be given it between this call and the server's bind; port 0's answer could be."""
     high = min(_ephemeral_low(), 65536)
-    for _ in range(200):
+    for _ in range(200 if high - 1024 >= 1000 else 0):  # a host whose ephemeral range is (nearly) all: port 0's
         port = _PORTS.randrange(max(1024, high - 12000), high)
         with socket.socket() as sock:
             try:
