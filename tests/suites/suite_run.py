@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import zygote
+
 REPO = Path(__file__).resolve().parents[2]
 # Variables of the surrounding job that would change what the suite runs (declared models, another device).
 _JOB_VARIABLES = (
@@ -91,7 +93,7 @@ def run_suite(
 
         command = install.wrap(command, sys.executable, Path(env.get("COMPILE_CI_CHECKOUT", workdir)), deps, False)
     try:
-        proc = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = zygote.run(command, cwd=workdir, env=env, timeout=timeout)  # forked: tests/zygote.py
     except subprocess.TimeoutExpired as exc:
         pytest.fail(f"suite {suite!r} did not finish within {timeout} s: {exc}")
     output = proc.stdout + proc.stderr
