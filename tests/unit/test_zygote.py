@@ -38,7 +38,9 @@ def _run(tmp_path: Path, name: str, fresh: bool, **extra: str) -> tuple[subproce
     (work / "test_probe.py").write_text(PROBE)
     env = {**os.environ, "COMPILE_CI_PROBE_OUT": str(work / "probe.json"), "COMPILE_CI_PROBE_OWN": name,
            "COMPILE_CI_OUTPUT_DIR": str(work / "out"), **extra}  # job-like: the zygote of the torch kind
-    command = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_probe.py"]
+    # importlib's import mode leaves sys.path as the interpreter set it (prepend would put the test's directory first)
+    command = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "--import-mode=importlib",
+               "test_probe.py"]
     if fresh:
         done = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=120)
     else:
