@@ -191,16 +191,21 @@ class Warm:
 
     def close(self) -> None:
         self.retired = True  # closed on purpose: its end is not news
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.sock.close()
+        stop(self.proc, self.sock)
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def stop(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
+    """A fork server ended: its socket shut (it stops taking jobs), then its process terminated (killed after 10 s)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    sock.close()

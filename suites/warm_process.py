@@ -48,7 +48,7 @@ _SHOWN: list[str] = []  # what the warm-up's imports warned, shown again in each
 _AHEAD: Any = None  # what the compiler's imports made ahead depended on (suites/warm_compiler.py), or None
 
 
-def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+def send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.send(json.dumps(message).encode())
 
 
@@ -138,24 +138,24 @@ def serve(sock: socket.socket) -> None:
                     os.close(fd)
                 break
             _start(sock, json.loads(data), fds, jobs)
-        _reap(sock, jobs)
+        reap(sock, jobs)
 
 
 def _start(sock: socket.socket, request: dict[str, Any], fds: list[int], jobs: dict[int, int]) -> None:
     if len(fds) != 1:
         for fd in fds:
             os.close(fd)
-        _send(sock, {"id": request.get("id"), "error": "no output descriptor"})
+        send(sock, {"id": request.get("id"), "error": "no output descriptor"})
         return
     pid = os.fork()
     if pid == 0:
         _become(sock, request, fds[0])  # never returns
     os.close(fds[0])
     jobs[pid] = request["id"]
-    _send(sock, {"id": request["id"], "pid": pid})
+    send(sock, {"id": request["id"], "pid": pid})
 
 
-def _reap(sock: socket.socket, jobs: dict[int, int]) -> None:
+def reap(sock: socket.socket, jobs: dict[int, int]) -> None:
     while jobs:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -165,7 +165,7 @@ def _reap(sock: socket.socket, jobs: dict[int, int]) -> None:
             return
         if pid in jobs:
             try:
-                _send(sock, {"id": jobs.pop(pid), "status": os.waitstatus_to_exitcode(status)})
+                send(sock, {"id": jobs.pop(pid), "status": os.waitstatus_to_exitcode(status)})
             except OSError:
                 pass
 
@@ -284,7 +284,7 @@ def main() -> int:
     startup = dict(os.environ)
     why, late, shown = warm_up(os.path.dirname(sys.argv[2]) if sys.argv[3:4] == ["compiler"] else "")
     _started_with(sys.argv[2], startup)
-    _send(sock, {"ready": True, "why": why, "late": late})
+    send(sock, {"ready": True, "why": why, "late": late})
     global _SHOWN
     _SHOWN = shown
     if why:

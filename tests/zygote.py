@@ -32,6 +32,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runners import warm_interpreter
+
 MAX_ZYGOTES = 3
 READY_S = 300.0
 MESSAGE_MAX = 1 << 20
@@ -136,18 +138,7 @@ class _Zygote:
         return subprocess.CompletedProcess(argv, int(answer["status"]), decode[0], decode[1])
 
     def close(self) -> None:
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.sock.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        warm_interpreter.stop(self.proc, self.sock)
 
 
 def _drain(fd: int, into: list[bytes]) -> None:

@@ -20,13 +20,11 @@ import threading
 import traceback
 from typing import Any
 
+from suites.warm_process import reap, send  # the job protocol's answers, as the warm interpreter sends them
+
 MESSAGE_MAX = 1 << 20
 COMPILER_MODULES = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.lowering",
                     "torch._inductor.decomposition")
-
-
-def _send(sock: socket.socket, message: dict[str, Any]) -> None:
-    sock.send(json.dumps(message).encode())
 
 
 def warm_up(kind: str) -> str:
@@ -112,7 +110,7 @@ def serve(sock: socket.socket) -> None:
             if len(fds) != 2:
                 for fd in fds:
                     os.close(fd)
-                _send(sock, {"id": request.get("id"), "status": 1, "error": "two descriptors are needed"})
+                send(sock, {"id": request.get("id"), "status": 1, "error": "two descriptors are needed"})
                 continue
             pid = os.fork()
             if pid == 0:
@@ -121,26 +119,15 @@ def serve(sock: socket.socket) -> None:
             for fd in fds:
                 os.close(fd)
             jobs[pid] = request["id"]
-            _send(sock, {"id": request["id"], "pid": pid})
-        while jobs:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            if pid in jobs:
-                try:
-                    _send(sock, {"id": jobs.pop(pid), "status": os.waitstatus_to_exitcode(status)})
-                except OSError:
-                    pass
+            send(sock, {"id": request["id"], "pid": pid})
+        reap(sock, jobs)
 
 
 def main() -> int:
     sock = socket.socket(fileno=int(sys.argv[1]))
     sock.settimeout(None)
     why = warm_up(sys.argv[2])
-    _send(sock, {"ready": True, "why": why})
+    send(sock, {"ready": True, "why": why})
     if why:
         sock.recv(1)
         return 0
