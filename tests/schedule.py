@@ -4,8 +4,10 @@ a Docker file only after as much other work as the last Docker file takes, since
 (tests/conftest.py) and a worker that starts the next one early waits idle for it.
 
 A file's weight is its time in the last measured full run (its JUnit times, this 2-core host quiet, 2026-11-30
-02:48, its module fixtures included; the tests moved to heavy since left out); a file not listed weighs nothing and
-keeps its collection order after the listed ones.
+17:08, a clean clone's `bash .ci/run`, its module fixtures included; files of 15 s and more); a file not listed
+weighs nothing and keeps its collection order after the listed ones. (Weights left stale put
+tests/unit/test_zygote.py, new and unlisted, last: its 30 s wait for a timeout was the run's last 30 s, one worker
+busy and two done.)
 The order changes only when the run takes; every test runs either way.
 """
 
@@ -14,37 +16,36 @@ from __future__ import annotations
 from typing import Any
 
 SECONDS = {
-    "tests/suites/test_bisection.py": 225, "tests/integration/test_cache_verdicts.py": 129,
-    "tests/unit/test_shard_selection.py": 127, "tests/runners/test_docker_prestart.py": 121,
-    "tests/runners/test_docker_runner.py": 120, "tests/integration/test_reuse.py": 118,
-    "tests/e2e/test_pull_request_e2e.py": 104, "tests/suites/test_red_explained.py": 101,
-    "tests/suites/test_planted_ops.py": 89, "tests/suites/test_device_context.py": 82,
-    "tests/integration/test_metrics.py": 80, "tests/suites/test_distributed_suite.py": 77,
-    "tests/integration/test_commands_flow.py": 77, "tests/integration/test_base_compare_torch.py": 70,
-    "tests/browser/test_layout.py": 64, "tests/runners/test_compile_cache_shared.py": 64,
-    "tests/runners/test_warm_install.py": 64, "tests/runners/test_job_startup.py": 63,
-    "tests/runners/test_runner_contract.py": 61, "tests/integration/test_base_judgement.py": 60,
-    "tests/runners/test_cpu_shares_jobs.py": 58, "tests/runners/test_warm_start.py": 57,
-    "tests/suites/test_ops_arguments.py": 57, "tests/integration/test_install.py": 55,
-    "tests/suites/test_planted_breadth.py": 54, "tests/compare/test_code_noise_torch.py": 51,
-    "tests/integration/test_pipeline.py": 51, "tests/suites/test_planted_passes.py": 51,
-    "tests/runners/test_toolchain.py": 50, "tests/suites/test_planted_numerics.py": 49,
-    "tests/suites/test_repro.py": 47, "tests/runners/test_compile_cache_attack.py": 45,
-    "tests/runners/test_warm_compiler.py": 45,  # new on 2026-11-30: its time alone, quiet
-    "tests/integration/test_output_attacks.py": 44, "tests/suites/test_declared_targets.py": 43,
-    "tests/suites/test_cpu_levels.py": 42, "tests/browser/test_base_pages.py": 41,
-    "tests/suites/test_compiler_surface_hosts.py": 39, "tests/suites/test_planted_autograd.py": 39,
-    "tests/integration/test_bisection_flow.py": 38, "tests/suites/test_coverage_plugin.py": 38,
-    "tests/suites/test_surface_selection.py": 37, "tests/suites/test_planted_freezing.py": 37,
-    "tests/suites/test_planted_layout.py": 35, "tests/runners/test_header_seed.py": 34,
-    "tests/suites/test_compiler_surface_job.py": 34, "tests/runners/test_output_trust.py": 34,
-    "tests/integration/test_shards.py": 31, "tests/suites/test_ops_judgement.py": 30,
-    "tests/suites/test_compiler_surface_patterns.py": 30, "tests/suites/test_reruns.py": 29,
-    "tests/browser/test_one_verdict.py": 28, "tests/suites/test_planted_small_values.py": 25,
-    "tests/suites/test_real_models.py": 25, "tests/unit/test_shard_claims.py": 24,
-    "tests/suites/test_capture.py": 23, "tests/suites/test_compiler_surface_places.py": 20,
-    "tests/integration/test_sandbox_signals.py": 19, "tests/integration/test_webhook_slow_clients.py": 17,
-    "tests/integration/test_host_preparation.py": 15,
+    "tests/suites/test_bisection.py": 261, "tests/runners/test_docker_prestart.py": 144,
+    "tests/e2e/test_pull_request_e2e.py": 142, "tests/suites/test_distributed_suite.py": 132,
+    "tests/suites/test_planted_ops.py": 107, "tests/runners/test_job_startup.py": 107,
+    "tests/suites/test_device_context.py": 101, "tests/integration/test_cache_verdicts.py": 95,
+    "tests/suites/test_red_explained.py": 78, "tests/integration/test_reuse.py": 78,
+    "tests/unit/test_shard_selection.py": 77, "tests/runners/test_compile_cache_attack.py": 74,
+    "tests/suites/test_planted_breadth.py": 72, "tests/runners/test_compile_cache_shared.py": 72,
+    "tests/runners/test_warm_start.py": 66, "tests/runners/test_runner_contract.py": 56,
+    "tests/suites/test_cpu_levels.py": 54, "tests/integration/test_output_attacks.py": 54,
+    "tests/integration/test_commands_flow.py": 54, "tests/suites/test_repro.py": 49,
+    "tests/integration/test_install.py": 45, "tests/browser/test_layout.py": 45,
+    "tests/integration/test_metrics.py": 44, "tests/runners/test_warm_install.py": 44,
+    "tests/runners/test_cpu_shares_jobs.py": 44, "tests/runners/test_toolchain.py": 44,
+    "tests/runners/test_warm_compiler.py": 43, "tests/compare/test_code_noise_torch.py": 42,
+    "tests/integration/test_base_compare_torch.py": 42, "tests/suites/test_surface_selection.py": 40,
+    "tests/suites/test_planted_numerics.py": 39, "tests/suites/test_compiler_surface_hosts.py": 38,
+    "tests/compare/test_codediff.py": 38, "tests/unit/test_zygote.py": 36, "tests/runners/test_header_seed.py": 36,
+    "tests/suites/test_ops_judgement.py": 34, "tests/suites/test_ops_arguments.py": 34,
+    "tests/suites/test_coverage_plugin.py": 32, "tests/runners/test_output_trust.py": 32,
+    "tests/suites/test_declared_targets.py": 31, "tests/unit/test_shard_claims.py": 31,
+    "tests/integration/test_base_judgement.py": 29, "tests/integration/test_pipeline.py": 29,
+    "tests/suites/test_planted_passes.py": 29, "tests/suites/test_planted_freezing.py": 28,
+    "tests/integration/test_bisection_flow.py": 28, "tests/suites/test_compiler_surface_job.py": 26,
+    "tests/suites/test_compiler_surface_places.py": 25, "tests/integration/test_host_preparation.py": 25,
+    "tests/integration/test_sandbox_signals.py": 24, "tests/suites/test_compiler_surface_patterns.py": 24,
+    "tests/suites/test_planted_autograd.py": 23, "tests/suites/test_real_models.py": 22,
+    "tests/suites/test_planted_layout.py": 21, "tests/suites/test_capture.py": 21,
+    "tests/suites/test_compiler_surface_property.py": 20, "tests/integration/test_shards.py": 19,
+    "tests/browser/test_log_viewer.py": 16, "tests/suites/test_reruns.py": 15,
+    "tests/integration/test_webhook_slow_clients.py": 15, "tests/runners/test_runner_image.py": 15,
 }
 
 
