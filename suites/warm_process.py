@@ -187,7 +187,7 @@ def _become(sock: socket.socket, request: dict[str, Any], out: int) -> None:
         os.environ.clear()
         os.environ.update(_as_started(request["env"]))
         sys.path[0] = request["cwd"]
-        fresh_state()
+        _fresh_state()
         imported = {name.partition(".")[0] for name in sys.modules}
         sys.meta_path[:] = [finder for finder in sys.meta_path if finder is not warm_install.LOOKED_FOR]
         argv = (warm_install.run_step(request["step"], imported, request.get("python", ""), _imports_on,
@@ -227,7 +227,7 @@ def _take_ahead(request: dict[str, Any], argv: list[str]) -> None:
     os.execvpe(python, [python, "-m", "suites.pytest_entry", *argv], env)
 
 
-def fresh_state() -> None:
+def _fresh_state() -> None:
     """What a fresh interpreter would not share with its siblings: random seeds (Python's, numpy's, torch's),
     `tempfile`'s directory."""
     import random

@@ -1,11 +1,7 @@
 """The tests' own runs of a built-in suite (`python -m pytest suites/...`, tests/suites/suite_run.py) forked from a
 zygote that imported torch and pytest once (tests/zygote_server.py), instead of each paying those imports again:
 about 2 s of CPU on the 2-core host, 4 s with dynamo's and inductor's, which a built-in suite's pytest makes at its
-configure (docs/development.md, "twenty-fourth session"). A job's own command the tests start themselves
-(`python -m suites.pytest_entry ...` with the job's COMPILE_CI_OUTPUT_DIR: a repository's tests, a bisection, a
-device-context trap) forks from an `entry` zygote, which is production's warm interpreter's warm-up and child
-(suites/warm_process.py), keyed by production's rule (runners/warm_start.py `per_job`), and runs fresh, as a
-LocalRunner's job would, when its directory or checkout holds a module named like one imported after torch.
+configure (docs/development.md, "twenty-fourth session").
 
 What a child gets is what the fresh process would have: its command's arguments, directory and environment, and its
 own session; Python's, torch's and tempfile's state are made anew after the fork. What it shares is what the
@@ -36,21 +32,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runners import first_code, warm_interpreter, warm_start
+from runners import warm_interpreter
 
 MAX_ZYGOTES = 3
 READY_S = 300.0
 MESSAGE_MAX = 1 << 20
 PLANTS = "tests.suites.planted"
-ENTRY = "suites.pytest_entry"
 counts = {"forked": 0, "fresh": 0, "zygotes": 0}
 
 
-def per_run(name: str, kind: str = "torch") -> bool:
-    """A variable nothing a zygote imports reads (torch, pytest, dynamo, inductor): the child's own. For the `entry`
-    kind, what production's forked job takes itself (runners/warm_start.py `per_job`) and pytest's own."""
-    if kind == "entry":
-        return warm_start.per_job(name) or name.startswith("PYTEST_")
+def per_run(name: str) -> bool:
+    """A variable nothing a zygote imports reads (torch, pytest, dynamo, inductor): the child's own."""
     return name.startswith(("COMPILE_CI_", "PYTEST_"))
 
 
@@ -66,7 +58,6 @@ class _Zygote:
         self.sock = here
         self.ready = threading.Event()
         self.why = "starting"
-        self.late: frozenset[str] = frozenset()
         self.lock = threading.Lock()
         self.next_id = 0
         self.waiting: dict[int, dict[str, Any]] = {}
@@ -84,7 +75,6 @@ class _Zygote:
             message = json.loads(data)
             if message.get("ready"):
                 self.why = str(message.get("why", ""))
-                self.late = frozenset(str(name) for name in message.get("late", []))
                 self.ready.set()
                 continue
             with self.lock:
@@ -171,15 +161,11 @@ _lock = threading.Lock()
 def run(command: Sequence[str], *, cwd: Path, env: Mapping[str, str],
         timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     """`subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)`, forked from a
-    zygote when `command` is this interpreter's `-m pytest ...` or a job's `-m suites.pytest_entry ...`."""
+    zygote when `command` is this interpreter's `-m pytest ...`."""
     command, env = list(command), dict(env)
     zygote = None
-    kind = kind_of(command, env)
-    if kind and os.environ.get("COMPILE_CI_TEST_FRESH") != "1":
-        zygote = _zygote(kind, env)
-    if zygote is not None and kind == "entry" and any(
-            first_code.shadows(place, zygote.late) for place in {str(cwd), env.get("COMPILE_CI_CHECKOUT", "")}):
-        zygote = None  # the run's own module would be imported where the zygote's is: fresh, as production does
+    if command[:3] == [sys.executable, "-m", "pytest"] and os.environ.get("COMPILE_CI_TEST_FRESH") != "1":
+        zygote = _zygote(command, env)
     if zygote is not None:
         done = zygote.run(command[3:], Path(cwd), env, timeout)
         if done is not None:
@@ -190,20 +176,16 @@ def run(command: Sequence[str], *, cwd: Path, env: Mapping[str, str],
 
 
 def kind_of(command: Sequence[str], env: Mapping[str, str]) -> str:
-    """For `python -m pytest`: `compiler` (dynamo's and inductor's modules imported ahead) or `torch`, for a run that
-    loads a plant or is job-like (suites.plugin snapshots the compiler at its import), which a fresh process does after
-    torch's import and before the compiler's. For a job's `python -m suites.pytest_entry` (COMPILE_CI_OUTPUT_DIR set):
-    `entry`. Otherwise '': the command runs fresh."""
-    if list(command[:3]) == [sys.executable, "-m", ENTRY]:
-        return "entry" if env.get("COMPILE_CI_OUTPUT_DIR") else ""
-    if list(command[:3]) != [sys.executable, "-m", "pytest"]:
-        return ""
+    """`compiler` (dynamo's and inductor's modules imported ahead) or `torch`: for a run that loads a plant or is
+    job-like (suites.plugin snapshots the compiler at its import), which a fresh process does after torch's import and
+    before the compiler's."""
     first = any(arg.startswith(PLANTS) for arg in command) or bool(env.get("COMPILE_CI_OUTPUT_DIR"))
     return "torch" if first else "compiler"
 
 
-def _zygote(kind: str, env: dict[str, str]) -> _Zygote | None:
-    shared = {k: v for k, v in env.items() if not per_run(k, kind)}
+def _zygote(command: list[str], env: dict[str, str]) -> _Zygote | None:
+    kind = kind_of(command, env)
+    shared = {k: v for k, v in env.items() if not per_run(k)}
     key = (kind, tuple(sorted(shared.items())))
     with _lock:
         zygote = _pool.pop(key, None)  # put back last: the pool drops the zygote used longest ago
@@ -215,10 +197,7 @@ def _zygote(kind: str, env: dict[str, str]) -> _Zygote | None:
             idle = [k for k, z in _pool.items() if not z.events]
             if len(_pool) >= MAX_ZYGOTES and idle:
                 _pool.pop(idle[0]).close()
-            # Its start: the run's home, temporary and cache directories too (what production's warm interpreter is
-            # given a private set of), which a forked run takes again for itself.
-            start = {**shared, **{k: v for k, v in env.items() if k in warm_start.JOB_VARIABLES}}
-            zygote = _pool[key] = _Zygote(kind, start)
+            zygote = _pool[key] = _Zygote(kind, shared)
             counts["zygotes"] += 1
     if not zygote.ready.wait(READY_S) or zygote.why:
         return None

@@ -3,14 +3,9 @@ imports before its own code runs, then forks one child per request, which become
 
 `python -m tests.zygote_server FD KIND`: FD is a SOCK_SEQPACKET socket to the test process; KIND is `torch` (torch
 and pytest imported) or `compiler` (dynamo's and inductor's modules too, which a built-in suite's pytest imports at
-its configure anyway; only for runs that load no plugin of ours that patches torch first: tests/zygote.py says which),
-both for `python -m pytest ARGS`; or `entry`, for a job's `python -m suites.pytest_entry ARGS`: production's warm
-interpreter's imports (suites/warm_process.py `warm_up`: the compiler surface's snapshot, torch, pytest, the plugin's
-modules) and its child's steps (`fresh_state`, the imports' warnings shown again, `pytest_entry.main(forked=True)`),
-so a forked run is what a LocalRunner's forked job is.
+its configure anyway; only for runs that load no plugin of ours that patches torch first: tests/zygote.py says which).
 A request is JSON (argv, cwd, env) with two descriptors, the child's stdout and stderr; the answers are
-`{"ready", "why", "late"}` once (late: the top-level modules imported after torch, which the run's directory must
-not shadow), `{"id", "pid"}` when a child started and `{"id", "status"}` when it ended.
+`{"id", "pid"}` when it started and `{"id", "status"}` when it ended.
 """
 
 from __future__ import annotations
@@ -25,23 +20,16 @@ import threading
 import traceback
 from typing import Any
 
-from suites import warm_process
 from suites.warm_process import reap, send  # the job protocol's answers, as the warm interpreter sends them
 
 MESSAGE_MAX = 1 << 20
 COMPILER_MODULES = ("torch._dynamo", "torch._inductor.compile_fx", "torch._inductor.lowering",
                     "torch._inductor.decomposition")
-_WARM: dict[str, Any] = {"kind": "", "late": [], "shown": []}
 
 
 def warm_up(kind: str) -> str:
     """The imports; why this process cannot be forked, or ''."""
     import importlib
-
-    _WARM["kind"] = kind
-    if kind == "entry":
-        why, _WARM["late"], _WARM["shown"] = warm_process.warm_up()
-        return why
 
     import pytest  # noqa: F401
     import torch
@@ -61,9 +49,8 @@ def warm_up(kind: str) -> str:
 
 
 def _become(request: dict[str, Any], out: int, err: int) -> None:
-    """The child: the request's command from here on, as `python -m pytest ARGS` (or, from an `entry` zygote,
-    `python -m suites.pytest_entry ARGS`) started in its directory with its environment would run it; its exit skips
-    the interpreter's teardown (pytest's results are written by then)."""
+    """The child: the request's command from here on, as `python -m pytest ARGS` started in its directory with its
+    environment would run it; its exit skips the interpreter's teardown (pytest's results are written by then)."""
     status = 1
     try:
         os.setsid()
@@ -79,18 +66,18 @@ def _become(request: dict[str, Any], out: int, err: int) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         sys.path[0] = request["cwd"]  # `python -m` puts the current directory first
-        # This server's own package is no module of the run's: a `tests` of the run's is imported from its path.
-        for name in [name for name in sys.modules if name == "tests" or name.startswith("tests.")]:
-            del sys.modules[name]
-        warm_process.fresh_state()  # Python's, numpy's and torch's generators seeded afresh, tempfile's directory
-        if _WARM["kind"] == "entry":
-            status = _job(request["argv"])
-        else:
-            import pytest
+        import random
+        import tempfile
 
-            sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *request["argv"]]
-            sys.orig_argv = [sys.executable, "-m", "pytest", *request["argv"]]  # as a fresh one's
-            status = int(pytest.main())
+        import pytest
+        import torch
+
+        tempfile.tempdir = None
+        random.seed()
+        torch.seed()
+        sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *request["argv"]]
+        sys.orig_argv = [sys.executable, "-m", "pytest", *request["argv"]]  # as a fresh one's
+        status = int(pytest.main())
     except SystemExit as exc:
         status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:  # noqa: BLE001 - the child ends here whatever happened
@@ -102,17 +89,6 @@ def _become(request: dict[str, Any], out: int, err: int) -> None:
             pytest_entry.finish()  # threads joined, atexit handlers run, streams flushed: a normal exit's effects
         finally:
             os._exit(status)
-
-
-def _job(argv: list[str]) -> int:
-    """`python -m suites.pytest_entry ARGV` as production's warm interpreter's child runs it (its own exit)."""
-    from suites import pytest_entry, warm_install
-
-    sys.meta_path[:] = [finder for finder in sys.meta_path if finder is not warm_install.LOOKED_FOR]
-    sys.stderr.write("".join(_WARM["shown"]))
-    sys.argv = [pytest_entry.__file__, *argv]
-    sys.orig_argv = [sys.executable, "-m", "suites.pytest_entry", *argv]
-    return pytest_entry.main(forked=True)
 
 
 def serve(sock: socket.socket) -> None:
@@ -151,7 +127,7 @@ def main() -> int:
     sock = socket.socket(fileno=int(sys.argv[1]))
     sock.settimeout(None)
     why = warm_up(sys.argv[2])
-    send(sock, {"ready": True, "why": why, "late": _WARM["late"]})
+    send(sock, {"ready": True, "why": why})
     if why:
         sock.recv(1)
         return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
@@ -11,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from suites.naming import sanitise_nodeid
-from tests import zygote
 
 from .suite_run import _JOB_VARIABLES, REPO
 
@@ -46,7 +46,7 @@ class RepoRun:
 def run_repo_tests(checkout: Path, work: Path, extra_env: dict[str, str] | None = None,
                    timeout: int = 300, args: list[str] | None = None) -> RepoRun:
     """The pipeline's repo-suite command on `checkout/tests` (and pytest's `args`), from a scratch directory, on
-    cpu; forked from the tests' zygote as a LocalRunner forks it from its warm interpreter."""
+    cpu."""
     out = work / "out"
     work.mkdir(parents=True, exist_ok=True)
     env = {key: value for key, value in os.environ.items() if key not in (*_JOB_VARIABLES, "COMPILE_CI_RERUNS")}
@@ -57,7 +57,7 @@ def run_repo_tests(checkout: Path, work: Path, extra_env: dict[str, str] | None 
     command = [sys.executable, "-m", "suites.pytest_entry", "-q", "-p", "no:cacheprovider", "-p", "suites.plugin",
                "-o", "junit_family=xunit1", f"--junitxml={junit}", "--rootdir", str(checkout), str(checkout / "tests"),
                *(args or [])]
-    proc = zygote.run(command, cwd=work, env=env, timeout=timeout)  # forked as a LocalRunner's job: tests/zygote.py
+    proc = subprocess.run(command, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
     cases = {case.get("name", ""): case for case in ET.parse(junit).getroot().iter("testcase")} \
         if junit.exists() else {}
     return RepoRun(proc.returncode, proc.stdout + proc.stderr, out, cases)

@@ -21,7 +21,6 @@ import torch
 
 from suites import bisect_session, bisect_torch
 from suites.naming import sanitise_nodeid
-from tests import zygote
 
 from .bisect_run import PLANTED, Bisected, bisect_repo, bisect_suite, line_of
 from .suite_run import REPO
@@ -150,8 +149,9 @@ def _job(tmp_path: Path, source: str, seconds: str) -> tuple[dict[str, object], 
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("COMPILE_CI_")}, "PYTHONPATH": str(REPO),
            "COMPILE_CI_OUTPUT_DIR": str(tmp_path / "out"), "COMPILE_CI_BISECT_SECONDS": seconds}
     started = time.monotonic()
-    done = zygote.run([sys.executable, "-m", "suites.pytest_entry", "-q", "-p", "no:cacheprovider", "-p",
-                       "suites.plugin", "test_one.py"], cwd=tmp_path, env=env, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "suites.pytest_entry", "-q", "-p", "no:cacheprovider", "-p",
+                           "suites.plugin", "test_one.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
     result = tmp_path / "out" / "tests" / sanitise_nodeid("test_one.py::test_it") / "bisect.json"
     return json.loads(result.read_text()), time.monotonic() - started, done.returncode
 
