@@ -10,12 +10,12 @@ set +e
 # started unless it runs); the two files that use it wait for it (tests/next_torch.py) and are handed out late
 # (tests/schedule.py).
 bash scripts/next-torch.sh --background
-# Four pytest-xdist workers on the 2-core host (each file on one of them; files that use the Docker engine take
-# turns, tests/conftest.py DOCKER_FILES): the workers beyond two fill what two leave idle while their tests wait on
-# jobs, workers and sleeps (23 min 41 s with two, 19 min 4 s with three; a clean clone's `bash .ci/run` of one tree:
-# 1,209 s with three, 1,163 s with four; docs/development.md). COMPILE_CI_TEST_WORKERS=N sets the count; 0 runs
-# everything in one process.
-workers="${COMPILE_CI_TEST_WORKERS:-4}"
+# Three pytest-xdist workers on the 2-core host (each file on one of them; files that use the Docker engine take
+# turns, tests/conftest.py DOCKER_FILES): a third worker fills what two leave idle while their tests wait on jobs,
+# workers and sleeps (23 min 41 s with two, 19 min 4 s with three, docs/development.md; a fourth gained nothing: a
+# clean clone's `bash .ci/run` of one tree took 1,163 s with four, 1,164 s with three). COMPILE_CI_TEST_WORKERS=N
+# sets the count; 0 runs everything in one process.
+workers="${COMPILE_CI_TEST_WORKERS:-3}"
 if [ "$workers" = 0 ]; then
   .venv/bin/python -m pytest "$@"
 else

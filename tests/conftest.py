@@ -81,13 +81,12 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _worker_index() -> int:
-    """Which pytest-xdist worker this process is (0 without xdist): scripts/test.sh runs four."""
+    """Which pytest-xdist worker this process is (0 without xdist): scripts/test.sh runs three."""
     return int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
 
 
 # Redis has 16 databases: each xdist worker takes its own share of 1-15 (two workers: 1-7 and 8-14; three: 1-5,
-# 6-10 and 11-15; four: 1-3, 4-6, 7-9 and 10-12), so workers sharing CI's Redis never flush each other's; a worker
-# past its share keeps its last.
+# 6-10 and 11-15), so workers sharing CI's Redis never flush each other's; a worker past its share keeps its last.
 _WORKERS = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
 _SHARE = max(1, 15 // _WORKERS)
 _FIRST_DB = 1 + _SHARE * min(_worker_index(), 15 // _SHARE - 1)
