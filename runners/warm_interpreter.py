@@ -22,7 +22,7 @@ import socket
 import subprocess
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -97,14 +97,7 @@ class Warm:
         threading.Thread(target=self._read, name="warm-start-reader", daemon=True).start()
 
     def _read(self) -> None:
-        while True:
-            try:
-                data = self.sock.recv(MESSAGE_MAX)
-            except OSError:
-                data = b""
-            if not data:
-                break
-            message: dict[str, Any] = json.loads(data)
+        for message in answers(self.sock):
             if message.get("ready"):
                 self.why, self.late = str(message.get("why", "")), frozenset(message.get("late", ()))
                 self.baseline = set(os.listdir(self.home / "home"))  # what its own imports wrote there
@@ -193,6 +186,18 @@ class Warm:
         self.retired = True  # closed on purpose: its end is not news
         stop(self.proc, self.sock)
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def answers(sock: socket.socket) -> Iterator[dict[str, Any]]:
+    """A fork server's messages (one JSON object each) until it closes its end or the socket fails."""
+    while True:
+        try:
+            data = sock.recv(MESSAGE_MAX)
+        except OSError:
+            return
+        if not data:
+            return
+        yield json.loads(data)
 
 
 def stop(proc: subprocess.Popen[bytes], sock: socket.socket) -> None:

@@ -174,20 +174,13 @@ def _become(sock: socket.socket, request: dict[str, Any], out: int) -> None:
     status = 1
     try:
         sock.close()
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.closerange(3, 1 << 16)
-        for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(number, signal.SIG_DFL)
+        detach(out, out)
         _set_dumpable(1)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(_as_started(request["env"]))
         sys.path[0] = request["cwd"]
-        _fresh_state()
+        fresh_state()
         imported = {name.partition(".")[0] for name in sys.modules}
         sys.meta_path[:] = [finder for finder in sys.meta_path if finder is not warm_install.LOOKED_FOR]
         argv = (warm_install.run_step(request["step"], imported, request.get("python", ""), _imports_on,
@@ -211,6 +204,19 @@ def _become(sock: socket.socket, request: dict[str, Any], out: int) -> None:
             os._exit(status)
 
 
+def detach(out: int, err: int) -> None:
+    """A forked child's own: a session of its own, stdin from /dev/null, `out` and `err` as stdout and stderr and no
+    other descriptor, the default handlers of the signals its server handled."""
+    os.setsid()
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.closerange(3, 1 << 16)
+    for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_DFL)
+
+
 def _take_ahead(request: dict[str, Any], argv: list[str]) -> None:
     """The compiler's imports made ahead, taken with the job's own paths; or, when anything they depended on differs
     for this job, its command started afresh in this process (the install step's work, if any, done)."""
@@ -227,7 +233,7 @@ def _take_ahead(request: dict[str, Any], argv: list[str]) -> None:
     os.execvpe(python, [python, "-m", "suites.pytest_entry", *argv], env)
 
 
-def _fresh_state() -> None:
+def fresh_state() -> None:
     """What a fresh interpreter would not share with its siblings: random seeds (Python's, numpy's, torch's),
     `tempfile`'s directory."""
     import random

@@ -36,7 +36,6 @@ from runners import warm_interpreter
 
 MAX_ZYGOTES = 3
 READY_S = 300.0
-MESSAGE_MAX = 1 << 20
 PLANTS = "tests.suites.planted"
 counts = {"forked": 0, "fresh": 0, "zygotes": 0}
 
@@ -65,14 +64,7 @@ class _Zygote:
         threading.Thread(target=self._read, name="zygote-reader", daemon=True).start()
 
     def _read(self) -> None:
-        while True:
-            try:
-                data = self.sock.recv(MESSAGE_MAX)
-            except OSError:
-                data = b""
-            if not data:
-                break
-            message = json.loads(data)
+        for message in warm_interpreter.answers(self.sock):
             if message.get("ready"):
                 self.why = str(message.get("why", ""))
                 self.ready.set()

@@ -20,6 +20,7 @@ import threading
 import traceback
 from typing import Any
 
+from suites import warm_process
 from suites.warm_process import reap, send  # the job protocol's answers, as the warm interpreter sends them
 
 MESSAGE_MAX = 1 << 20
@@ -53,28 +54,15 @@ def _become(request: dict[str, Any], out: int, err: int) -> None:
     environment would run it; its exit skips the interpreter's teardown (pytest's results are written by then)."""
     status = 1
     try:
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out, 1)
-        os.dup2(err, 2)
-        os.closerange(3, 1 << 16)
-        for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(number, signal.SIG_DFL)
+        warm_process.detach(out, err)  # as production's warm interpreter makes its children
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
         sys.path[0] = request["cwd"]  # `python -m` puts the current directory first
-        import random
-        import tempfile
-
         import pytest
-        import torch
 
-        tempfile.tempdir = None
-        random.seed()
-        torch.seed()
+        warm_process.fresh_state()  # Python's, numpy's and torch's generators seeded afresh, tempfile's directory
         sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *request["argv"]]
         sys.orig_argv = [sys.executable, "-m", "pytest", *request["argv"]]  # as a fresh one's
         status = int(pytest.main())
