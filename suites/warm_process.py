@@ -30,7 +30,6 @@ import ctypes
 import json
 import os
 import select
-import signal
 import socket
 import sys
 import threading
@@ -38,6 +37,7 @@ import traceback
 from typing import Any
 
 from suites import warm_install
+from suites.fork_child import detach, fresh_state
 
 MESSAGE_MAX = 1 << 20
 PR_SET_DUMPABLE = 4
@@ -204,19 +204,6 @@ def _become(sock: socket.socket, request: dict[str, Any], out: int) -> None:
             os._exit(status)
 
 
-def detach(out: int, err: int) -> None:
-    """A forked child's own: a session of its own, stdin from /dev/null, `out` and `err` as stdout and stderr and no
-    other descriptor, the default handlers of the signals its server handled."""
-    os.setsid()
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.dup2(out, 1)
-    os.dup2(err, 2)
-    os.closerange(3, 1 << 16)
-    for number in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(number, signal.SIG_DFL)
-
-
 def _take_ahead(request: dict[str, Any], argv: list[str]) -> None:
     """The compiler's imports made ahead, taken with the job's own paths; or, when anything they depended on differs
     for this job, its command started afresh in this process (the install step's work, if any, done)."""
@@ -231,22 +218,6 @@ def _take_ahead(request: dict[str, Any], argv: list[str]) -> None:
     python = request.get("python") or sys.executable
     env = dict(os.environ) if request.get("step") else request["env"]
     os.execvpe(python, [python, "-m", "suites.pytest_entry", *argv], env)
-
-
-def fresh_state() -> None:
-    """What a fresh interpreter would not share with its siblings: random seeds (Python's, numpy's, torch's),
-    `tempfile`'s directory."""
-    import random
-    import tempfile
-
-    tempfile.tempdir = None
-    random.seed()
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        numpy.random.seed()
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        torch.seed()  # a fresh interpreter's default generator starts from a seed of its own
 
 
 def _as_started(env: dict[str, str], imports: bool = True) -> dict[str, str]:

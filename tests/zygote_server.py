@@ -20,7 +20,7 @@ import threading
 import traceback
 from typing import Any
 
-from suites import warm_process
+from suites import fork_child
 from suites.warm_process import reap, send  # the job protocol's answers, as the warm interpreter sends them
 
 MESSAGE_MAX = 1 << 20
@@ -54,7 +54,7 @@ def _become(request: dict[str, Any], out: int, err: int) -> None:
     environment would run it; its exit skips the interpreter's teardown (pytest's results are written by then)."""
     status = 1
     try:
-        warm_process.detach(out, err)  # as production's warm interpreter makes its children
+        fork_child.detach(out, err)  # as production's warm interpreter makes its children
         signal.signal(signal.SIGINT, signal.default_int_handler)
         os.chdir(request["cwd"])
         os.environ.clear()
@@ -62,7 +62,7 @@ def _become(request: dict[str, Any], out: int, err: int) -> None:
         sys.path[0] = request["cwd"]  # `python -m` puts the current directory first
         import pytest
 
-        warm_process.fresh_state()  # Python's, numpy's and torch's generators seeded afresh, tempfile's directory
+        fork_child.fresh_state()  # Python's, numpy's and torch's generators seeded afresh, tempfile's directory
         sys.argv = [os.path.join(os.path.dirname(pytest.__file__), "__main__.py"), *request["argv"]]
         sys.orig_argv = [sys.executable, "-m", "pytest", *request["argv"]]  # as a fresh one's
         status = int(pytest.main())
