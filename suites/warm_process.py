@@ -30,6 +30,7 @@ import ctypes
 import json
 import os
 import select
+import shutil
 import socket
 import sys
 import threading
@@ -259,16 +260,27 @@ def main() -> int:
     global _PYTHONPATH
     _PYTHONPATH = os.environ.get("PYTHONPATH", "")
     startup = dict(os.environ)
-    why, late, shown = warm_up(os.path.dirname(sys.argv[2]) if sys.argv[3:4] == ["compiler"] else "")
+    own = os.path.dirname(sys.argv[2])
+    why, late, shown = warm_up(own if sys.argv[3:4] == ["compiler"] else "")
     _started_with(sys.argv[2], startup)
-    send(sock, {"ready": True, "why": why, "late": late})
+    try:
+        send(sock, {"ready": True, "why": why, "late": late})
+    except OSError:  # the runner is gone already
+        return _left(own)
     global _SHOWN
     _SHOWN = shown
     if why:
         sock.recv(1)  # unforkable: wait for the runner to let go
-        return 0
+        return _left(own)
     _set_dumpable(0)
     serve(sock)
+    return _left(own)
+
+
+def _left(own: str) -> int:
+    """The runner let go of this interpreter (closed it, or died): its own directory goes with it, which the runner
+    removes too when it lives to (runners/warm_interpreter.py); a runner killed mid-job left it behind before."""
+    shutil.rmtree(own, ignore_errors=True)
     return 0
 
 

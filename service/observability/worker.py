@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -10,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from celery import Celery
-from celery.signals import task_failure, task_postrun, task_prerun, worker_init
+from celery.signals import task_failure, task_postrun, task_prerun, worker_init, worker_shutdown
 
 from runners.protocol import RunResult
 from service.celery_app import PLAN_RUN, REPORT_JOB, RUN_JOB
@@ -21,6 +24,7 @@ from service.store import Job, Store, TestRecord
 
 log = logging.getLogger(__name__)
 CACHE_SIZE_EVERY_S = 30.0
+METRICS_PREFIX = "compile-ci-metrics-"
 
 
 class CacheSize:
@@ -93,7 +97,7 @@ def install_worker(app: Celery, settings: Settings, store: Store) -> None:
     def _started(sender: Any = None, **_kw: Any) -> None:
         if settings.metrics_port and getattr(sender, "app", None) is app:
             # The pool's children fork from here, so they inherit the directory their samples go to.
-            use_multiprocess_dir(Path(tempfile.mkdtemp(prefix="compile-ci-metrics-")))
+            use_multiprocess_dir(own_metrics_dir())
             serve(settings.metrics_port, [FunctionCollector(CacheSize(settings.cache_dir)),
                                           FunctionCollector(_CALLS)])
             log.info("metrics on port %d", settings.metrics_port)
@@ -116,10 +120,40 @@ def install_worker(app: Celery, settings: Settings, store: Store) -> None:
         if getattr(sender, "app", None) is app:
             recorded().errors.labels(f"task:{getattr(sender, 'name', 'unknown')}").inc()
 
+    def _stopping(sender: Any = None, **_kw: Any) -> None:
+        if settings.metrics_port and getattr(sender, "app", None) is app and _own:
+            shutil.rmtree(_own.pop(), ignore_errors=True)
+
     worker_init.connect(_started, weak=False)
+    worker_shutdown.connect(_stopping, weak=False)
     task_prerun.connect(_prerun, weak=False)
     task_postrun.connect(lambda **_kw: logs.clear(), weak=False)
     task_failure.connect(_failed, weak=False)
+
+
+_own: list[Path] = []
+
+
+def own_metrics_dir(temp: Path | None = None) -> Path:
+    """This worker's samples directory (its pool children's too), named by its pid and removed when it stops; those
+    left by workers that are gone (killed before their shutdown) are removed first: a directory of ours whose pid
+    names no process. Anything else of that name in the shared temporary directory (a link, another user's) is left
+    alone."""
+    temp = temp or Path(tempfile.gettempdir())
+    for old in temp.glob(f"{METRICS_PREFIX}*-*"):
+        pid = old.name[len(METRICS_PREFIX):].partition("-")[0]
+        try:
+            seen = old.lstat()
+            if not pid.isdigit() or not stat.S_ISDIR(seen.st_mode) or seen.st_uid != os.getuid():
+                continue
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(old, ignore_errors=True)
+        except OSError:  # gone meanwhile, or another user's process: alive
+            continue
+    own = Path(tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-", dir=temp))
+    _own.append(own)
+    return own
 
 
 def job_started(job: Job) -> None:

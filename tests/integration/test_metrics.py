@@ -9,8 +9,12 @@ takes seconds while every count crosses a process boundary: two gunicorn workers
 from __future__ import annotations
 
 import json
+import os
+import select
+import signal
 import subprocess
 import sys
+import tempfile
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -188,3 +192,39 @@ def test_one_job_is_followed_from_its_delivery_through_the_workers_in_json_logs(
     assert [line["delivery_id"] for line in web] == ["delivery-2"]
     reports = [line for line in json_lines(running.root / "worker-github.log") if line.get("job_id") == job_id]
     assert reports and all(line["run_id"] == run_id for line in reports)
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    while pid > 1:
+        if pid == ancestor:
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            return False
+    return False
+
+
+def test_a_stopped_worker_leaves_no_directory_of_its_own_behind(stack: tuple[Stack, dict[str, int]],
+                                                                 flow: dict[str, Any]) -> None:
+    # Last in this module: it stops the cpu worker as the stack stops it (SIGTERM to its session). Its metrics
+    # directory and its warm interpreters' (their own sessions: they outlive it by a moment) were left in /tmp before.
+    running, _ports = stack
+    (worker,) = [proc for name, proc in running.procs if name == "worker-cpu"]
+    metrics = list(Path(tempfile.gettempdir()).glob(f"compile-ci-metrics-{worker.pid}-*"))
+    warm = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"suites.warm_process" in argv and _descends(int(entry.name), worker.pid):
+            warm[os.pidfd_open(int(entry.name))] = Path(os.fsdecode(argv[argv.index(b"suites.warm_process") + 2]))
+    assert len(metrics) == 1 and metrics[0].is_dir() and warm, (metrics, warm)
+    os.killpg(worker.pid, signal.SIGTERM)
+    worker.wait(timeout=60)
+    for gone, given in warm.items():
+        assert select.select([gone], [], [], 60)[0], f"a warm interpreter ({given}) outlived its worker"
+        os.close(gone)
+        assert not given.parent.exists()
+    assert not metrics[0].exists()

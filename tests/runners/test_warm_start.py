@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -261,3 +263,29 @@ def test_jobs_that_cannot_be_forked_faithfully_start_fresh(tmp_path: Path) -> No
     assert all(warm_start.per_job(k) for k in ("HOME", "TMPDIR", "COMPILE_CI_DEADLINE", "CUDA_VISIBLE_DEVICES"))
     assert not any(warm_start.per_job(k) for k in ("COMPILE_CI_SOURCE_KEYS", "TORCHINDUCTOR_FREEZING", "PYTHONPATH",
                                                    "OMP_NUM_THREADS", "LD_PRELOAD"))
+
+
+DIES = '''
+import os, sys, threading
+from runners.warm_interpreter import Warm
+
+warm = Warm(sys.executable, {"PATH": os.environ["PATH"]})
+assert warm.ready.wait(120), "not ready"
+print(warm.home, warm.proc.pid, flush=True)
+threading.Event().wait()  # until killed
+'''
+
+
+def test_a_warm_interpreter_whose_runner_is_killed_removes_its_own_directory() -> None:
+    # The runner (a worker's process) SIGKILLed: it never closes its warm interpreter, which saw its socket end and
+    # ended alone, leaving its directory in /tmp (about 12 per test run before).
+    runner = subprocess.Popen([sys.executable, "-c", DIES], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    home, pid = runner.stdout.readline().split()  # type: ignore[union-attr]
+    gone = os.pidfd_open(int(pid))
+    assert Path(home, "given.json").exists()
+    runner.kill()
+    runner.wait()
+    runner.stdout.close()  # type: ignore[union-attr]
+    assert select.select([gone], [], [], 60)[0], "the warm interpreter outlived its runner"
+    os.close(gone)
+    assert not Path(home).exists()
