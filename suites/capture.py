@@ -18,9 +18,19 @@ from suites import harness
 
 MAX_REASONS = 20  # per list; the counters still count every graph break and recompile
 MAX_REASON_CHARS = 400
+# What the capture hooks (each test's call), in its order below; `import_hooked` imports them ahead of the call.
+HOOKED = ("torch._inductor.graph", "torch._inductor.output_code", "torch._dynamo.output_graph", "torch._dynamo.guards",
+          "torch._dynamo.utils", "torch._inductor.metrics")
 _COMPILE_ID = re.compile(r"^\[?\d+/\d+\]?:\s*")  # "2/0: " differs between runs of the same test
 _SPACES = re.compile(r"\s+")
 _ACTIVE: list[CompileCapture] = []  # the captures whose test is running (the plugin's, and any a test nests)
+
+
+def import_hooked() -> None:
+    """Import what the capture hooks and counts, so that a test's call pays none of it (a torch lacking one: the
+    capture does without it, as at its call)."""
+    for module in HOOKED:
+        harness._optional(module, "__name__")
 
 
 def bounded(text: str) -> str:
@@ -211,14 +221,14 @@ class CompileCapture:
 
         # Where inductor makes or loads a graph's code: a test that patches `save_output_code` itself (inductor's
         # own run_and_get_code does) hides nothing from us. A torch without them: that callback, chained.
-        lowering = harness._optional("torch._inductor.graph", "GraphLowering")
-        compiled = harness._optional("torch._inductor.output_code", "CompiledFxGraph")
+        lowering = harness._optional(HOOKED[0], "GraphLowering")
+        compiled = harness._optional(HOOKED[1], "CompiledFxGraph")
         if hasattr(lowering, "_compile_to_module_lines") and hasattr(compiled, "after_deserialization"):
             stack.enter_context(_patched(lowering, "_compile_to_module_lines", on_lines))
             stack.enter_context(_patched(compiled, "after_deserialization", on_load))
         else:
             stack.enter_context(_patched(lowering, "save_output_code", save_code))
-        stack.enter_context(_patched(harness._optional("torch._dynamo.output_graph", "GraphCompileReason"),
+        stack.enter_context(_patched(harness._optional(HOOKED[2], "GraphCompileReason"),
                                      "__post_init__", on_break))
         stack.enter_context(_patched(harness._optional("torch._dynamo", "guards"),
                                      "get_guard_fail_reason", on_guard_failure))

@@ -157,9 +157,11 @@ def _job(tmp_path: Path, source: str, seconds: str) -> tuple[dict[str, object], 
 
 
 def test_a_bisection_out_of_time_mid_run_says_so_and_names_nothing(tmp_path: Path) -> None:
-    # Its first run again would take 300 s: the budget's alarm stops it at 60 s (a budget its failing run's time lets
-    # it start with: six runs of it must fit, 3 s each here quiet, 9 s with a second job beside it).
-    found, took, _code = _job(tmp_path, JUDGED_WITHOUT_COMPILING.format(first=0, again=300), "60")
+    # Its first run again would take 300 s: the budget's alarm stops it at 12 s, a budget its failing run's time
+    # lets it start with (six runs of it must fit). That run takes milliseconds: the capture's imports are its
+    # setup's, not its call's (the call took 2.7 s quiet and 15.9 s under load before, and a 60 s budget was
+    # refused with a second job beside it).
+    found, took, _code = _job(tmp_path, JUDGED_WITHOUT_COMPILING.format(first=0, again=300), "12")
     assert found["status"] == "budget" and "ran out after 0 run(s)" in str(found["reason"]), found
     assert found["backend"] == "" and found["place"] == "" and took < 200, (found, took)
 
