@@ -5,7 +5,8 @@ a Docker file only after as much other work as the last Docker file takes, since
 
 A file's weight is its time in the last measured full run (its JUnit times, this 2-core host quiet, 2026-11-30
 17:08, a clean clone's `bash .ci/run`, its module fixtures included; files of 15 s and more); a file not listed
-weighs nothing and keeps its collection order after the listed ones. (Weights left stale put
+weighs nothing and keeps its collection order after the listed ones. test_bisection.py: 210 s since its out-of-time
+test waits 12 s, not 60 (2026-11-30 21:06 run). (Weights left stale put
 tests/unit/test_zygote.py, new and unlisted, last: its 30 s wait for a timeout was the run's last 30 s, one worker
 busy and two done.)
 The order changes only when the run takes; every test runs either way.
@@ -16,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 SECONDS = {
-    "tests/suites/test_bisection.py": 261, "tests/runners/test_docker_prestart.py": 144,
+    "tests/suites/test_bisection.py": 210, "tests/runners/test_docker_prestart.py": 144,
     "tests/e2e/test_pull_request_e2e.py": 142, "tests/suites/test_distributed_suite.py": 132,
     "tests/suites/test_planted_ops.py": 107, "tests/runners/test_job_startup.py": 107,
     "tests/suites/test_device_context.py": 101, "tests/integration/test_cache_verdicts.py": 95,
