@@ -5,10 +5,10 @@ a Docker file only after as much other work as the last Docker file takes, since
 
 A file's weight is its time in the last measured full run (its JUnit times, this 2-core host quiet, 2026-11-30
 17:08, a clean clone's `bash .ci/run`, its module fixtures included; files of 15 s and more); a file not listed
-weighs nothing and keeps its collection order after the listed ones. test_bisection.py: 210 s since its out-of-time
-test waits 12 s, not 60 (2026-11-30 21:06 run). (Weights left stale put
-tests/unit/test_zygote.py, new and unlisted, last: its 30 s wait for a timeout was the run's last 30 s, one worker
-busy and two done.)
+weighs nothing and keeps its collection order after the listed ones. Since: test_bisection.py 210 s (its
+out-of-time test waits 12 s, not 60; the 2026-11-30 21:06 run), test_zygote.py 16 s (its timeout 10 s, not 30).
+(Weights left stale put tests/unit/test_zygote.py, new and unlisted, last: its 30 s wait for a timeout was the run's
+last 30 s, one worker busy and two done.)
 The order changes only when the run takes; every test runs either way.
 """
 
@@ -33,7 +33,7 @@ SECONDS = {
     "tests/runners/test_warm_compiler.py": 43, "tests/compare/test_code_noise_torch.py": 42,
     "tests/integration/test_base_compare_torch.py": 42, "tests/suites/test_surface_selection.py": 40,
     "tests/suites/test_planted_numerics.py": 39, "tests/suites/test_compiler_surface_hosts.py": 38,
-    "tests/compare/test_codediff.py": 38, "tests/unit/test_zygote.py": 36, "tests/runners/test_header_seed.py": 36,
+    "tests/compare/test_codediff.py": 38, "tests/unit/test_zygote.py": 16, "tests/runners/test_header_seed.py": 36,
     "tests/suites/test_ops_judgement.py": 34, "tests/suites/test_ops_arguments.py": 34,
     "tests/suites/test_coverage_plugin.py": 32, "tests/runners/test_output_trust.py": 32,
     "tests/suites/test_declared_targets.py": 31, "tests/unit/test_shard_claims.py": 31,

@@ -87,9 +87,11 @@ def test_a_run_past_its_time_is_killed_with_its_process_group(tmp_path: Path) ->
         f"    open({str(tmp_path / 'child.pid')!r}, 'w').write(str(child.pid))\n"
         "    time.sleep(600)\n")
     env = {**os.environ, "COMPILE_CI_OUTPUT_DIR": str(tmp_path / "out")}
+    # 10 s from the request (the zygote is ready before the clock starts): a fork, a one-test collection and a
+    # Popen, about 0.3 s quiet; 30 s before, the run's longest idle wait.
     with pytest.raises(subprocess.TimeoutExpired):
         zygote.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_slow.py"], cwd=tmp_path,
-                   env=env, timeout=30)
+                   env=env, timeout=10)
     pid = int((tmp_path / "child.pid").read_text())
     try:
         handle = os.pidfd_open(pid)
